@@ -1,0 +1,1 @@
+"""Built-in context contributors, each a ``ContextContributorFactory`` registered by entry point."""

@@ -1,0 +1,82 @@
+"""Canonical form and content hashes of chat messages.
+
+The store names every prefix of a conversation by a chain hash ``h_i = H(h_{i-1}, message_i)``.
+Clients resend their whole history each turn, and the same message often comes back with cosmetic
+differences (``"refusal": null``, ``"annotations": []``, ``content: null`` vs absent on a tool-call
+message). Hashing only the fields that change what the model sees keeps such a message the same
+message; everything the client sent is still stored as it came.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+# The fields of a chat message that change what a model sees. Anything else (refusal, annotations,
+# audio, provider-specific extras) is kept in storage but not hashed.
+_SEMANTIC_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "function_call")
+_TOOL_CALL_FIELDS = ("id", "type", "function")
+
+GENESIS = ""
+
+
+def canonical_message(message: Mapping[str, Any]) -> dict[str, Any]:
+    """The semantic part of ``message``: fixed fields, no nulls, no empty tool-call lists."""
+    canon: dict[str, Any] = {}
+    for key in _SEMANTIC_FIELDS:
+        value = message.get(key)
+        if value is None or value == []:
+            continue
+        if key == "tool_calls":
+            value = [_canonical_tool_call(call) for call in value]
+        canon[key] = value
+    if canon.get("content") == "" and "tool_calls" in canon:
+        del canon["content"]
+    return canon
+
+
+def _canonical_tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: call[k] for k in _TOOL_CALL_FIELDS if call.get(k) is not None}
+    function = out.get("function")
+    if isinstance(function, Mapping):
+        out["function"] = {k: function[k] for k in ("name", "arguments") if function.get(k) is not None}
+    return out
+
+
+def stable_json(value: Any) -> str:
+    """Deterministic JSON text: sorted keys, no whitespace, Unicode kept as is."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def message_hash(message: Mapping[str, Any]) -> str:
+    """Hex SHA-256 of the canonical form of one message."""
+    return hashlib.sha256(stable_json(canonical_message(message)).encode("utf-8")).hexdigest()
+
+
+def chain_hash(previous: str, message: Mapping[str, Any]) -> str:
+    """The chain hash of a prefix ending in ``message`` whose previous prefix hashes to ``previous``."""
+    return hashlib.sha256(f"{previous}\n{message_hash(message)}".encode()).hexdigest()
+
+
+def chain_hashes(messages: Iterable[Mapping[str, Any]], start: str = GENESIS) -> list[str]:
+    """Chain hashes of every prefix of ``messages``, in order."""
+    hashes: list[str] = []
+    current = start
+    for message in messages:
+        current = chain_hash(current, message)
+        hashes.append(current)
+    return hashes
+
+
+def content_text(content: Any) -> str:
+    """The text of a message ``content``: a string, or the text parts of a content-part array joined."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        parts = [part.get("text", "") for part in content if isinstance(part, Mapping) and part.get("type") == "text"]
+        return "\n".join(p for p in parts if isinstance(p, str))
+    return str(content)

@@ -1,0 +1,129 @@
+"""The session store contract: what every backend (SQLite, PostgreSQL) provides.
+
+A session is one conversation, named by its context id. Its transcript is content-addressed: every
+stored message is keyed by the chain hash of the prefix it ends (see ``canonical.py``), so the same
+history sent again is recognised without guessing, an edited or regenerated history forks a new
+branch at the first divergent message, and nothing a client ever sent is overwritten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+class StoreError(Exception):
+    """A store operation failed."""
+
+
+class SessionBusy(StoreError):
+    """The session's turn lock could not be had within the configured wait."""
+
+    def __init__(self, context_id: str, waited_seconds: float) -> None:
+        super().__init__(f"session {context_id!r} is busy with another turn (waited {waited_seconds:.1f}s)")
+        self.context_id = context_id
+        self.waited_seconds = waited_seconds
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """One transcript message at its position in a branch."""
+
+    position: int
+    chain_hash: str
+    message: dict[str, Any]
+    tool_output_ref: str | None = None  # set on tool messages whose body is stored
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    """How a request's messages relate to what the store already knew."""
+
+    context_id: str
+    head_hash: str  # chain hash of the request's last message
+    known_count: int  # leading request messages that were already stored
+    new_messages: list[StoredMessage]  # the rest, now stored, in order
+    forked: bool  # the request left the branch the session last continued
+    created: bool  # the session did not exist before this request
+
+
+@dataclass(frozen=True)
+class SkillRef:
+    """A durable record that a skill body was read into a session, at a frozen revision."""
+
+    name: str
+    revision: str
+    chain_hash: str  # the tool-result message that carried the body
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """What the store keeps about a session besides its transcript."""
+
+    context_id: str
+    scope: str
+    turns: int
+    head_hash: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def tool_output_ref(chain_hash: str) -> str:
+    """The ``read_tool_output`` reference of the tool message stored under ``chain_hash``."""
+    return f"to_{chain_hash[:16]}"
+
+
+class SessionStore(Protocol):
+    """Persistence of sessions. Every method is safe to call concurrently for different sessions."""
+
+    async def open(self) -> None:
+        """Connect and apply pending schema migrations (idempotent)."""
+
+    async def close(self) -> None:
+        """Release connections."""
+
+    def turn_lock(self, context_id: str) -> AbstractAsyncContextManager[None]:
+        """Serialize the turns of one session; raises ``SessionBusy`` after the configured wait."""
+
+    async def reconcile(self, context_id: str, scope: str, messages: Sequence[Mapping[str, Any]]) -> Reconciliation:
+        """Store the request's new suffix (one transaction) and its tool bodies; return where it continues."""
+
+    async def transcript(self, context_id: str, head_hash: str) -> list[StoredMessage]:
+        """The branch ending at ``head_hash``, oldest first (empty for an unknown head)."""
+
+    async def tool_output(self, context_id: str, ref: str) -> str | None:
+        """A stored tool body by reference; ``None`` when the reference is not this session's."""
+
+    async def session(self, context_id: str) -> SessionInfo | None:
+        """The session's record, or ``None`` if it was never seen."""
+
+    async def next_turn(self, context_id: str) -> int:
+        """Increment and return the session's model-call counter (1 for the first call)."""
+
+    async def put_internal_steps(self, context_id: str, anchor_hash: str, messages: Sequence[Mapping[str, Any]]) -> None:
+        """Record proxy-owned tool steps (assistant call + tool results) taken after ``anchor_hash``."""
+
+    async def internal_steps(self, context_id: str, anchor_hash: str) -> list[dict[str, Any]]:
+        """The proxy-owned steps recorded after ``anchor_hash``, in order."""
+
+    async def put_checkpoint(self, context_id: str, covers_hash: str, checkpoint: Mapping[str, Any]) -> None:
+        """Store a resident checkpoint keyed by the chain hash of the last message it covers."""
+
+    async def checkpoint(self, context_id: str, covers_hash: str) -> dict[str, Any] | None:
+        """The checkpoint covering up to ``covers_hash``, if one was stored."""
+
+    async def checkpoints(self, context_id: str) -> dict[str, dict[str, Any]]:
+        """Every checkpoint of the session, by the chain hash it covers."""
+
+    async def put_state(self, context_id: str, chain_hash: str, channel: str, value: Any) -> None:
+        """Store a state channel's value as of the prefix ``chain_hash``."""
+
+    async def state(self, context_id: str, chain_hash: str, channel: str) -> Any | None:
+        """A state channel's value as of the prefix ``chain_hash``, or ``None``."""
+
+    async def put_skill_ref(self, context_id: str, ref: SkillRef) -> None:
+        """Record that a skill body was read (idempotent)."""
+
+    async def skill_refs(self, context_id: str) -> list[SkillRef]:
+        """The session's skill references, oldest first."""
