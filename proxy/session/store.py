@@ -1,7 +1,7 @@
 """The session store contract: what every backend (SQLite, PostgreSQL) provides.
 
 A session is one conversation, named by its context id. Its transcript is content-addressed: every
-stored message is keyed by the chain hash of the prefix it ends (see ``canonical.py``), so the same
+stored message is keyed by the chain hash of the prefix it ends (see ``proxy/canonical.py``), so the same
 history sent again is recognised without guessing, an edited or regenerated history forks a new
 branch at the first divergent message, and nothing a client ever sent is overwritten.
 """
