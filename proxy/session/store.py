@@ -27,6 +27,14 @@ class SessionBusy(StoreError):
         self.waited_seconds = waited_seconds
 
 
+class UnknownSession(StoreError):
+    """A write that needs an existing session named one the store has never seen."""
+
+    def __init__(self, context_id: str) -> None:
+        super().__init__(f"session {context_id!r} is unknown (reconcile its messages first)")
+        self.context_id = context_id
+
+
 @dataclass(frozen=True)
 class StoredMessage:
     """One transcript message at its position in a branch."""
@@ -101,7 +109,9 @@ class SessionStore(Protocol):
     async def next_turn(self, context_id: str) -> int:
         """Increment and return the session's model-call counter (1 for the first call)."""
 
-    async def put_internal_steps(self, context_id: str, anchor_hash: str, messages: Sequence[Mapping[str, Any]]) -> None:
+    async def put_internal_steps(
+        self, context_id: str, anchor_hash: str, messages: Sequence[Mapping[str, Any]]
+    ) -> None:
         """Record proxy-owned tool steps (assistant call + tool results) taken after ``anchor_hash``."""
 
     async def internal_steps(self, context_id: str, anchor_hash: str) -> list[dict[str, Any]]:

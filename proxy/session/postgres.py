@@ -1,0 +1,430 @@
+"""The scale-out session store: PostgreSQL through asyncpg, shared by several proxy replicas.
+
+Queries use a pool. A turn lock is a session-level advisory lock keyed by (schema, context id), held
+on a connection from a second, separate pool for the whole turn: were it taken from the query pool,
+N concurrent turns could hold every connection and then wait forever for one to run their queries.
+Inside one process an asyncio lock queues turns of the same session first, so they wait in memory
+rather than each occupying a lock connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from typing import Any, TypeVar
+
+import asyncpg
+
+from proxy.session import reconcile as rc
+from proxy.session.locks import SessionLocks
+from proxy.session.postgres_schema import check_schema_name, lock_key, migrate
+from proxy.session.store import (
+    Reconciliation,
+    SessionBusy,
+    SessionInfo,
+    SkillRef,
+    StoredMessage,
+    StoreError,
+    UnknownSession,
+)
+
+T = TypeVar("T")
+
+_BRANCH_SQL = """
+WITH RECURSIVE branch(chain_hash, parent_hash, position, message, tool_output_ref) AS (
+    SELECT chain_hash, parent_hash, position, message, tool_output_ref
+    FROM messages WHERE context_id = $1 AND chain_hash = $2
+    UNION ALL
+    SELECT m.chain_hash, m.parent_hash, m.position, m.message, m.tool_output_ref
+    FROM messages AS m JOIN branch AS b ON m.context_id = $1 AND m.chain_hash = b.parent_hash
+)
+"""
+
+
+@contextmanager
+def _translated() -> Iterator[None]:
+    """Driver and network failures become ``StoreError``; our own errors pass through."""
+    try:
+        yield
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+        raise StoreError(f"postgres session store: {exc}") from exc
+
+
+async def _require_session(conn: Any, context_id: str) -> None:
+    # FOR UPDATE also serializes concurrent writers of one session (e.g. the seq of internal steps).
+    if await conn.fetchval("SELECT 1 FROM sessions WHERE context_id = $1 FOR UPDATE", context_id) is None:
+        raise UnknownSession(context_id)
+
+
+async def _unlock(lock_pool: Any, conn: Any, key: int) -> None:
+    try:
+        await conn.execute("SELECT pg_advisory_unlock($1)", key)
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+        # The turn succeeded or raised its own error; a broken lock connection must not replace
+        # that. Terminating it ends the server session, which releases the lock.
+        conn.terminate()
+    except BaseException:
+        conn.terminate()
+        raise
+    finally:
+        await lock_pool.release(conn)
+
+
+class PostgresSessionStore:
+    """``SessionStore`` on PostgreSQL; several processes may share one database schema."""
+
+    def __init__(
+        self,
+        dsn: str,
+        lock_timeout_seconds: float = 30.0,
+        schema: str = "context_proxy",
+        *,
+        pool_size: int = 10,
+        lock_connections: int = 32,
+    ) -> None:
+        self.dsn = dsn
+        self.lock_timeout_seconds = lock_timeout_seconds
+        self.schema = check_schema_name(schema)
+        self.pool_size = pool_size
+        self.lock_connections = lock_connections  # turns this process can run at once
+        self._locks = SessionLocks()
+        self._pool: Any = None
+        self._lock_pool: Any = None
+
+    async def open(self) -> None:
+        """Create the pools and apply pending migrations under an advisory lock."""
+        if self._pool is not None:
+            return
+        settings = {"search_path": self.schema, "application_name": "context-proxy"}
+        with _translated():
+            pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size, server_settings=settings)
+            try:
+                async with pool.acquire() as conn:
+                    await migrate(conn, self.schema)
+                lock_pool = await asyncpg.create_pool(
+                    self.dsn, min_size=0, max_size=self.lock_connections, server_settings=settings
+                )
+            except BaseException:
+                await pool.close()
+                raise
+        self._pool, self._lock_pool = pool, lock_pool
+
+    async def close(self) -> None:
+        """Close both pools; the store can be opened again."""
+        pools, self._pool, self._lock_pool = (self._lock_pool, self._pool), None, None
+        with _translated():
+            for pool in pools:
+                if pool is not None:
+                    await pool.close()
+
+    def _query_pool(self) -> Any:
+        if self._pool is None:
+            raise StoreError("the session store is not open")
+        return self._pool
+
+    async def _read(self, fn: Callable[[Any], Awaitable[T]]) -> T:
+        with _translated():
+            async with self._query_pool().acquire() as conn:
+                return await fn(conn)
+
+    async def _write(self, fn: Callable[[Any], Awaitable[T]]) -> T:
+        with _translated():
+            async with self._query_pool().acquire() as conn, conn.transaction():
+                return await fn(conn)
+
+    def turn_lock(self, context_id: str) -> AbstractAsyncContextManager[None]:
+        """Serialize the turns of one session across every replica; ``SessionBusy`` after the wait."""
+        return self._hold_turn(context_id)
+
+    @asynccontextmanager
+    async def _hold_turn(self, context_id: str) -> AsyncIterator[None]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.lock_timeout_seconds
+        async with self._locks.hold(context_id, self.lock_timeout_seconds):
+            # Kept locally: close() may drop the attribute while a turn still holds a connection.
+            lock_pool = self._lock_pool
+            if lock_pool is None:
+                raise StoreError("the session store is not open")
+            key = lock_key("context-proxy-session", self.schema, context_id)
+            try:
+                conn = await lock_pool.acquire(timeout=max(deadline - loop.time(), 0.001))
+            except TimeoutError:
+                # Every lock connection of this process is in use by other turns.
+                raise SessionBusy(context_id, self.lock_timeout_seconds) from None
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+                raise StoreError(f"postgres session store: {exc}") from exc
+            try:
+                await self._advisory_lock(conn, key, context_id, deadline - loop.time())
+            except SessionBusy:
+                await lock_pool.release(conn)
+                raise
+            except BaseException:
+                # A failure or cancellation mid-query leaves the lock's state in doubt; dropping the
+                # connection makes the server release every lock it held.
+                conn.terminate()
+                await lock_pool.release(conn)
+                raise
+            try:
+                yield
+            finally:
+                await _unlock(lock_pool, conn, key)
+
+    async def _advisory_lock(self, conn: Any, key: int, context_id: str, remaining: float) -> None:
+        with _translated():
+            if remaining <= 0.001:
+                acquired = await conn.fetchval("SELECT pg_try_advisory_lock($1)", key)
+            else:
+                # lock_timeout bounds the wait server-side and queues us fairly, unlike polling.
+                await conn.execute("SELECT set_config('lock_timeout', $1, false)", f"{int(remaining * 1000)}ms")
+                try:
+                    await conn.execute("SELECT pg_advisory_lock($1)", key)
+                    acquired = True
+                except asyncpg.LockNotAvailableError:
+                    acquired = False
+        if not acquired:
+            raise SessionBusy(context_id, self.lock_timeout_seconds)
+
+    async def reconcile(self, context_id: str, scope: str, messages: Sequence[Mapping[str, Any]]) -> Reconciliation:
+        """Store the request's new suffix and tool bodies in one transaction; say where it continues."""
+        hashes = rc.request_hashes(context_id, messages)
+
+        async def work(conn: Any) -> Reconciliation:
+            created = (
+                await conn.fetchval(
+                    "INSERT INTO sessions (context_id, scope) VALUES ($1, $2)"
+                    " ON CONFLICT (context_id) DO NOTHING RETURNING true",
+                    context_id,
+                    scope,
+                )
+                is not None
+            )
+            # The row lock makes a concurrent reconcile of the same session wait for this one.
+            previous_head = await conn.fetchval(
+                "SELECT head_hash FROM sessions WHERE context_id = $1 FOR UPDATE", context_id
+            )
+            stored = {
+                row["chain_hash"]
+                for row in await conn.fetch(
+                    "SELECT chain_hash FROM messages WHERE context_id = $1 AND chain_hash = ANY($2::text[])",
+                    context_id,
+                    hashes,
+                )
+            }
+            known = rc.known_count(hashes, stored)
+            forked = rc.fork_without_lookup(previous_head, hashes, known)
+            if forked is None:
+                forked = not await _is_ancestor(conn, context_id, hashes[-1], previous_head, len(hashes) - 1)
+            rows = list(rc.message_rows(messages, hashes, known))
+            if rows:
+                await conn.execute(
+                    "INSERT INTO messages (context_id, chain_hash, parent_hash, position, message, tool_output_ref)"
+                    " SELECT $1, h, p, pos, m::json, r"
+                    " FROM unnest($2::text[], $3::text[], $4::int[], $5::text[], $6::text[]) AS t(h, p, pos, m, r)",
+                    context_id,
+                    [row.chain_hash for row in rows],
+                    [row.parent_hash for row in rows],
+                    [row.position for row in rows],
+                    [row.message_json for row in rows],
+                    [row.tool_ref for row in rows],
+                )
+            tools = [row for row in rows if row.tool_ref is not None]
+            if tools:
+                await conn.execute(
+                    "INSERT INTO tool_outputs (context_id, ref, chain_hash, body)"
+                    " SELECT $1, r, h, b FROM unnest($2::text[], $3::text[], $4::text[]) AS t(r, h, b)"
+                    " ON CONFLICT DO NOTHING",
+                    context_id,
+                    [row.tool_ref for row in tools],
+                    [row.chain_hash for row in tools],
+                    [row.tool_body for row in tools],
+                )
+            await conn.execute(
+                "UPDATE sessions SET head_hash = $2, updated_at = now() WHERE context_id = $1", context_id, hashes[-1]
+            )
+            return Reconciliation(context_id, hashes[-1], known, [row.stored() for row in rows], forked, created)
+
+        return await self._write(work)
+
+    async def transcript(self, context_id: str, head_hash: str) -> list[StoredMessage]:
+        """The branch ending at ``head_hash``, oldest first, in one recursive query."""
+
+        async def work(conn: Any) -> list[StoredMessage]:
+            rows = await conn.fetch(
+                _BRANCH_SQL + "SELECT position, chain_hash, message, tool_output_ref FROM branch ORDER BY position",
+                context_id,
+                head_hash,
+            )
+            return [
+                StoredMessage(row["position"], row["chain_hash"], rc.load_json(row["message"]), row["tool_output_ref"])
+                for row in rows
+            ]
+
+        return await self._read(work)
+
+    async def tool_output(self, context_id: str, ref: str) -> str | None:
+        """A stored tool body of this session, or ``None``."""
+        body = await self._read(
+            lambda conn: conn.fetchval(
+                "SELECT body FROM tool_outputs WHERE context_id = $1 AND ref = $2", context_id, ref
+            )
+        )
+        return None if body is None else str(body)
+
+    async def session(self, context_id: str) -> SessionInfo | None:
+        """The session's record, or ``None``."""
+        row = await self._read(
+            lambda conn: conn.fetchrow(
+                "SELECT scope, turns, head_hash, created_at, updated_at FROM sessions WHERE context_id = $1",
+                context_id,
+            )
+        )
+        if row is None:
+            return None
+        times = {"created_at": row["created_at"].isoformat(), "updated_at": row["updated_at"].isoformat()}
+        return SessionInfo(context_id, row["scope"], row["turns"], row["head_hash"], times)
+
+    async def next_turn(self, context_id: str) -> int:
+        """Increment and return the session's model-call counter."""
+        turns = await self._write(
+            lambda conn: conn.fetchval(
+                "UPDATE sessions SET turns = turns + 1 WHERE context_id = $1 RETURNING turns", context_id
+            )
+        )
+        if turns is None:
+            raise UnknownSession(context_id)
+        return int(turns)
+
+    async def put_internal_steps(
+        self, context_id: str, anchor_hash: str, messages: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """Append proxy-owned tool steps after ``anchor_hash``."""
+
+        async def work(conn: Any) -> None:
+            await _require_session(conn, context_id)
+            start = await conn.fetchval(
+                "SELECT COALESCE(MAX(seq) + 1, 0) FROM internal_steps WHERE context_id = $1 AND anchor_hash = $2",
+                context_id,
+                anchor_hash,
+            )
+            texts = [rc.json_text(dict(message)) for message in messages]
+            await conn.execute(
+                "INSERT INTO internal_steps (context_id, anchor_hash, seq, message)"
+                " SELECT $1, $2, $3 + ord - 1, m::json FROM unnest($4::text[]) WITH ORDINALITY AS t(m, ord)",
+                context_id,
+                anchor_hash,
+                start,
+                texts,
+            )
+
+        await self._write(work)
+
+    async def internal_steps(self, context_id: str, anchor_hash: str) -> list[dict[str, Any]]:
+        """The proxy-owned steps recorded after ``anchor_hash``, in order."""
+        rows = await self._read(
+            lambda conn: conn.fetch(
+                "SELECT message FROM internal_steps WHERE context_id = $1 AND anchor_hash = $2 ORDER BY seq",
+                context_id,
+                anchor_hash,
+            )
+        )
+        return [rc.load_json(row["message"]) for row in rows]
+
+    async def put_checkpoint(self, context_id: str, covers_hash: str, checkpoint: Mapping[str, Any]) -> None:
+        """Store (or replace) the checkpoint covering up to ``covers_hash``."""
+
+        async def work(conn: Any) -> None:
+            await _require_session(conn, context_id)
+            await conn.execute(
+                "INSERT INTO checkpoints (context_id, covers_hash, checkpoint) VALUES ($1, $2, $3::json)"
+                " ON CONFLICT (context_id, covers_hash) DO UPDATE"
+                " SET checkpoint = excluded.checkpoint, updated_at = now()",
+                context_id,
+                covers_hash,
+                rc.json_text(dict(checkpoint)),
+            )
+
+        await self._write(work)
+
+    async def checkpoint(self, context_id: str, covers_hash: str) -> dict[str, Any] | None:
+        """The checkpoint covering up to ``covers_hash``, or ``None``."""
+        text = await self._read(
+            lambda conn: conn.fetchval(
+                "SELECT checkpoint FROM checkpoints WHERE context_id = $1 AND covers_hash = $2", context_id, covers_hash
+            )
+        )
+        return None if text is None else dict(rc.load_json(text))
+
+    async def checkpoints(self, context_id: str) -> dict[str, dict[str, Any]]:
+        """Every checkpoint of the session, by covered chain hash."""
+        rows = await self._read(
+            lambda conn: conn.fetch(
+                "SELECT covers_hash, checkpoint FROM checkpoints WHERE context_id = $1 ORDER BY id", context_id
+            )
+        )
+        return {row["covers_hash"]: dict(rc.load_json(row["checkpoint"])) for row in rows}
+
+    async def put_state(self, context_id: str, chain_hash: str, channel: str, value: Any) -> None:
+        """Store (or replace) a state channel's value as of ``chain_hash``."""
+
+        async def work(conn: Any) -> None:
+            await _require_session(conn, context_id)
+            await conn.execute(
+                "INSERT INTO state_channels (context_id, chain_hash, channel, value) VALUES ($1, $2, $3, $4::json)"
+                " ON CONFLICT (context_id, chain_hash, channel) DO UPDATE SET value = excluded.value",
+                context_id,
+                chain_hash,
+                channel,
+                rc.json_text(value),
+            )
+
+        await self._write(work)
+
+    async def state(self, context_id: str, chain_hash: str, channel: str) -> Any | None:
+        """A state channel's value as of ``chain_hash``, or ``None``."""
+        text = await self._read(
+            lambda conn: conn.fetchval(
+                "SELECT value FROM state_channels WHERE context_id = $1 AND chain_hash = $2 AND channel = $3",
+                context_id,
+                chain_hash,
+                channel,
+            )
+        )
+        return None if text is None else rc.load_json(text)
+
+    async def put_skill_ref(self, context_id: str, ref: SkillRef) -> None:
+        """Record a skill read; the same (name, revision, chain hash) twice is one record."""
+
+        async def work(conn: Any) -> None:
+            await _require_session(conn, context_id)
+            await conn.execute(
+                "INSERT INTO skill_refs (context_id, name, revision, chain_hash) VALUES ($1, $2, $3, $4)"
+                " ON CONFLICT DO NOTHING",
+                context_id,
+                ref.name,
+                ref.revision,
+                ref.chain_hash,
+            )
+
+        await self._write(work)
+
+    async def skill_refs(self, context_id: str) -> list[SkillRef]:
+        """The session's skill references, oldest first."""
+        rows = await self._read(
+            lambda conn: conn.fetch(
+                "SELECT name, revision, chain_hash FROM skill_refs WHERE context_id = $1 ORDER BY id", context_id
+            )
+        )
+        return [SkillRef(row["name"], row["revision"], row["chain_hash"]) for row in rows]
+
+
+async def _is_ancestor(conn: Any, context_id: str, candidate: str, head: str, position: int) -> bool:
+    """Whether ``candidate`` (at ``position``) lies on the branch ending at ``head``."""
+    found = await conn.fetchval(
+        _BRANCH_SQL + "SELECT true FROM branch WHERE position = $3 AND chain_hash = $4",
+        context_id,
+        head,
+        position,
+        candidate,
+    )
+    return found is not None

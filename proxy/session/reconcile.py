@@ -1,0 +1,126 @@
+"""The backend-independent half of reconciliation: hashing a request, building rows, deciding a fork.
+
+Both backends run the same steps inside one write transaction; only the SQL differs. Keeping the
+decisions here is what makes SQLite and PostgreSQL behave identically.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.canonical import GENESIS, chain_hashes, content_text
+from proxy.session.store import StoredMessage, tool_output_ref
+
+
+def json_text(value: Any) -> str:
+    """JSON text for storage; keys keep the order the client sent them in.
+
+    Raises ``ValueError`` for values JSON cannot represent (NaN, sets, arbitrary objects).
+    """
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except TypeError as exc:
+        raise ValueError(f"not JSON-serializable: {exc}") from exc
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate (legal in a Python str parsed from JSON) cannot be written as UTF-8;
+        # the escaped form round-trips to the same value.
+        text = json.dumps(value, ensure_ascii=True, allow_nan=False)
+    return text
+
+
+def load_json(text: str) -> Any:
+    """The value stored by ``json_text``."""
+    return json.loads(text)
+
+
+def tool_body(message: Mapping[str, Any]) -> str:
+    """The text body a tool message contributes, made storable as database text.
+
+    NUL and lone surrogates cannot be stored in a PostgreSQL text column; both backends replace them
+    so that the same body comes back from either. The message JSON itself keeps them (escaped).
+    """
+    body = content_text(message.get("content")).replace("\x00", "\ufffd")
+    return body.encode("utf-8", "replace").decode("utf-8") if _has_surrogate(body) else body
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def request_hashes(context_id: str, messages: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Chain hashes of every prefix of a request; an empty request or context id is a caller error."""
+    if not context_id:
+        raise ValueError("context_id must not be empty")
+    if not messages:
+        raise ValueError("a request must carry at least one message")
+    return chain_hashes(messages)
+
+
+def known_count(hashes: Sequence[str], stored: Collection[str]) -> int:
+    """How many leading prefixes are already stored (the continuation point)."""
+    for index, chain_hash in enumerate(hashes):
+        if chain_hash not in stored:
+            return index
+    return len(hashes)
+
+
+@dataclass(frozen=True)
+class MessageRow:
+    """One message to insert: its place in the chain, its JSON and, for tool messages, its body."""
+
+    position: int
+    chain_hash: str
+    parent_hash: str
+    message_json: str
+    tool_ref: str | None
+    tool_body: str | None
+
+    def stored(self) -> StoredMessage:
+        """The row as the protocol returns it."""
+        return StoredMessage(self.position, self.chain_hash, load_json(self.message_json), self.tool_ref)
+
+
+def message_rows(messages: Sequence[Mapping[str, Any]], hashes: Sequence[str], start: int) -> Iterator[MessageRow]:
+    """Rows for ``messages[start:]``, serialized one by one (a bad message raises ``ValueError``)."""
+    for position in range(start, len(messages)):
+        message = messages[position]
+        chain_hash = hashes[position]
+        try:
+            text = json_text(dict(message))
+        except ValueError as exc:
+            raise ValueError(f"message {position} cannot be stored: {exc}") from exc
+        is_tool = message.get("role") == "tool"
+        yield MessageRow(
+            position=position,
+            chain_hash=chain_hash,
+            parent_hash=hashes[position - 1] if position else GENESIS,
+            message_json=text,
+            tool_ref=tool_output_ref(chain_hash) if is_tool else None,
+            tool_body=tool_body(message) if is_tool else None,
+        )
+
+
+def fork_without_lookup(previous_head: str, hashes: Sequence[str], known: int) -> bool | None:
+    """Whether the request left the branch last continued, when the request alone can tell.
+
+    A fork is a request whose history and the previous head's branch diverge: neither is a prefix of
+    the other. Continuing, resending, or rewinding to an earlier point of the same branch is not a
+    fork. Returns ``None`` when the answer needs the store: every request message is known but the
+    previous head is not among them, so the request is either a rewind (its head is an ancestor of the
+    previous head) or a switch to another stored branch.
+    """
+    if not previous_head or previous_head in hashes:
+        return False
+    if known < len(hashes):
+        # New messages follow a point that is not the previous head, so the branches diverge there.
+        return True
+    return None

@@ -1,0 +1,371 @@
+"""The embedded session store: one SQLite file in WAL mode.
+
+sqlite3 blocks, so each connection lives on its own worker thread and the event loop only awaits it:
+one writer connection (SQLite allows one writer at a time anyway) and one reader connection, which
+WAL lets read while the writer writes. Turns of one session are serialized by an in-process lock;
+this backend is for one proxy process (several replicas use PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractAsyncContextManager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from proxy.session import reconcile as rc
+from proxy.session.locks import SessionLocks
+from proxy.session.sqlite_schema import migrate
+from proxy.session.store import (
+    Reconciliation,
+    SessionInfo,
+    SkillRef,
+    StoredMessage,
+    StoreError,
+    UnknownSession,
+)
+
+T = TypeVar("T")
+
+_BRANCH_SQL = """
+WITH RECURSIVE branch(chain_hash, parent_hash, position, message, tool_output_ref) AS (
+    SELECT chain_hash, parent_hash, position, message, tool_output_ref
+    FROM messages WHERE context_id = :cid AND chain_hash = :head
+    UNION ALL
+    SELECT m.chain_hash, m.parent_hash, m.position, m.message, m.tool_output_ref
+    FROM messages AS m JOIN branch AS b ON m.context_id = :cid AND m.chain_hash = b.parent_hash
+)
+"""
+
+
+class _Connection:
+    """One sqlite3 connection confined to one worker thread."""
+
+    def __init__(self, path: Path, *, query_only: bool) -> None:
+        self._path = path
+        self._query_only = query_only
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="session-sqlite")
+        self._conn: sqlite3.Connection | None = None
+
+    def _connect(self) -> sqlite3.Connection:
+        # isolation_level=None: we issue BEGIN/COMMIT ourselves, so a transaction is exactly what we say.
+        conn = sqlite3.connect(self._path, isolation_level=None)
+        conn.execute("PRAGMA busy_timeout = 10000")
+        conn.execute("PRAGMA foreign_keys = ON")
+        if self._query_only:
+            conn.execute("PRAGMA query_only = ON")
+        else:
+            conn.execute("PRAGMA journal_mode = WAL")
+            # NORMAL is safe from corruption in WAL mode; a power cut may lose the last commits only.
+            conn.execute("PRAGMA synchronous = NORMAL")
+        self._conn = conn
+        return conn
+
+    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` with the connection on its thread; sqlite3 errors become ``StoreError``."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, self._call, fn)
+        except sqlite3.Error as exc:
+            raise StoreError(f"sqlite session store: {exc}") from exc
+
+    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` in one write transaction: committed if it returns, rolled back if it raises."""
+        return await self.run(lambda conn: _transaction(conn, fn))
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return fn(self._conn or self._connect())
+
+    async def close(self) -> None:
+        """Close the connection on its thread, then stop the thread."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._close)
+        self._executor.shutdown(wait=True)
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    # IMMEDIATE takes the write lock up front, so reads inside the transaction cannot go stale.
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = fn(conn)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return result
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def _require_session(conn: sqlite3.Connection, context_id: str) -> None:
+    if conn.execute("SELECT 1 FROM sessions WHERE context_id = ?", (context_id,)).fetchone() is None:
+        raise UnknownSession(context_id)
+
+
+class SqliteSessionStore:
+    """``SessionStore`` on a SQLite file (the embedded default)."""
+
+    def __init__(self, path: str | os.PathLike[str], lock_timeout_seconds: float = 30.0) -> None:
+        self.path = Path(path)
+        self.lock_timeout_seconds = lock_timeout_seconds
+        self._locks = SessionLocks()
+        self._writer: _Connection | None = None
+        self._reader: _Connection | None = None
+
+    async def open(self) -> None:
+        """Open the file (created if missing) and apply pending migrations."""
+        if self._writer is not None:
+            return
+        writer = _Connection(self.path, query_only=False)
+        try:
+            await writer.run(migrate)
+        except BaseException:
+            await writer.close()
+            raise
+        self._writer = writer
+        self._reader = _Connection(self.path, query_only=True)
+
+    async def close(self) -> None:
+        """Close both connections; the store can be opened again."""
+        for conn in (self._reader, self._writer):
+            if conn is not None:
+                await conn.close()
+        self._reader = self._writer = None
+
+    def _w(self) -> _Connection:
+        if self._writer is None:
+            raise StoreError("the session store is not open")
+        return self._writer
+
+    def _r(self) -> _Connection:
+        if self._reader is None:
+            raise StoreError("the session store is not open")
+        return self._reader
+
+    def turn_lock(self, context_id: str) -> AbstractAsyncContextManager[None]:
+        """Serialize the turns of one session in this process; ``SessionBusy`` after the wait."""
+        return self._locks.hold(context_id, self.lock_timeout_seconds)
+
+    async def reconcile(self, context_id: str, scope: str, messages: Sequence[Mapping[str, Any]]) -> Reconciliation:
+        """Store the request's new suffix and tool bodies in one transaction; say where it continues."""
+        hashes = rc.request_hashes(context_id, messages)
+
+        def work(conn: sqlite3.Connection) -> Reconciliation:
+            now = _now()
+            created = (
+                conn.execute(
+                    "INSERT INTO sessions (context_id, scope, created_at, updated_at) VALUES (?, ?, ?, ?)"
+                    " ON CONFLICT (context_id) DO NOTHING",
+                    (context_id, scope, now, now),
+                ).rowcount
+                == 1
+            )
+            previous_head = conn.execute(
+                "SELECT head_hash FROM sessions WHERE context_id = ?", (context_id,)
+            ).fetchone()[0]
+            stored = {
+                row[0]
+                for row in conn.execute(
+                    "SELECT chain_hash FROM messages"
+                    " WHERE context_id = ? AND chain_hash IN (SELECT value FROM json_each(?))",
+                    (context_id, rc.json_text(hashes)),
+                )
+            }
+            known = rc.known_count(hashes, stored)
+            forked = rc.fork_without_lookup(previous_head, hashes, known)
+            if forked is None:
+                forked = not _is_ancestor(conn, context_id, hashes[-1], previous_head, len(hashes) - 1)
+            new: list[StoredMessage] = []
+            for row in rc.message_rows(messages, hashes, known):
+                conn.execute(
+                    "INSERT INTO messages (context_id, chain_hash, parent_hash, position, message, tool_output_ref)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (context_id, row.chain_hash, row.parent_hash, row.position, row.message_json, row.tool_ref),
+                )
+                if row.tool_ref is not None:
+                    conn.execute(
+                        "INSERT INTO tool_outputs (context_id, ref, chain_hash, body) VALUES (?, ?, ?, ?)"
+                        " ON CONFLICT DO NOTHING",
+                        (context_id, row.tool_ref, row.chain_hash, row.tool_body),
+                    )
+                new.append(row.stored())
+            conn.execute(
+                "UPDATE sessions SET head_hash = ?, updated_at = ? WHERE context_id = ?", (hashes[-1], now, context_id)
+            )
+            return Reconciliation(context_id, hashes[-1], known, new, forked, created)
+
+        return await self._w().write(work)
+
+    async def transcript(self, context_id: str, head_hash: str) -> list[StoredMessage]:
+        """The branch ending at ``head_hash``, oldest first, in one recursive query."""
+
+        def work(conn: sqlite3.Connection) -> list[StoredMessage]:
+            rows = conn.execute(
+                _BRANCH_SQL + "SELECT position, chain_hash, message, tool_output_ref FROM branch ORDER BY position",
+                {"cid": context_id, "head": head_hash},
+            ).fetchall()
+            return [StoredMessage(pos, chash, rc.load_json(msg), ref) for pos, chash, msg, ref in rows]
+
+        return await self._r().run(work)
+
+    async def tool_output(self, context_id: str, ref: str) -> str | None:
+        """A stored tool body of this session, or ``None``."""
+        row = await self._r().run(
+            lambda conn: conn.execute(
+                "SELECT body FROM tool_outputs WHERE context_id = ? AND ref = ?", (context_id, ref)
+            ).fetchone()
+        )
+        return None if row is None else str(row[0])
+
+    async def session(self, context_id: str) -> SessionInfo | None:
+        """The session's record, or ``None``."""
+        row = await self._r().run(
+            lambda conn: conn.execute(
+                "SELECT scope, turns, head_hash, created_at, updated_at FROM sessions WHERE context_id = ?",
+                (context_id,),
+            ).fetchone()
+        )
+        if row is None:
+            return None
+        scope, turns, head, created_at, updated_at = row
+        return SessionInfo(context_id, scope, turns, head, {"created_at": created_at, "updated_at": updated_at})
+
+    async def next_turn(self, context_id: str) -> int:
+        """Increment and return the session's model-call counter."""
+
+        def work(conn: sqlite3.Connection) -> int:
+            row = conn.execute(
+                "UPDATE sessions SET turns = turns + 1 WHERE context_id = ? RETURNING turns", (context_id,)
+            ).fetchone()
+            if row is None:
+                raise UnknownSession(context_id)
+            return int(row[0])
+
+        return await self._w().write(work)
+
+    async def put_internal_steps(
+        self, context_id: str, anchor_hash: str, messages: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """Append proxy-owned tool steps after ``anchor_hash``."""
+
+        def work(conn: sqlite3.Connection) -> None:
+            _require_session(conn, context_id)
+            (start,) = conn.execute(
+                "SELECT COALESCE(MAX(seq) + 1, 0) FROM internal_steps WHERE context_id = ? AND anchor_hash = ?",
+                (context_id, anchor_hash),
+            ).fetchone()
+            for offset, message in enumerate(messages):
+                conn.execute(
+                    "INSERT INTO internal_steps (context_id, anchor_hash, seq, message) VALUES (?, ?, ?, ?)",
+                    (context_id, anchor_hash, start + offset, rc.json_text(dict(message))),
+                )
+
+        await self._w().write(work)
+
+    async def internal_steps(self, context_id: str, anchor_hash: str) -> list[dict[str, Any]]:
+        """The proxy-owned steps recorded after ``anchor_hash``, in order."""
+        rows = await self._r().run(
+            lambda conn: conn.execute(
+                "SELECT message FROM internal_steps WHERE context_id = ? AND anchor_hash = ? ORDER BY seq",
+                (context_id, anchor_hash),
+            ).fetchall()
+        )
+        return [rc.load_json(row[0]) for row in rows]
+
+    async def put_checkpoint(self, context_id: str, covers_hash: str, checkpoint: Mapping[str, Any]) -> None:
+        """Store (or replace) the checkpoint covering up to ``covers_hash``."""
+
+        def work(conn: sqlite3.Connection) -> None:
+            _require_session(conn, context_id)
+            conn.execute(
+                "INSERT INTO checkpoints (context_id, covers_hash, checkpoint, updated_at) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (context_id, covers_hash) DO UPDATE"
+                " SET checkpoint = excluded.checkpoint, updated_at = excluded.updated_at",
+                (context_id, covers_hash, rc.json_text(dict(checkpoint)), _now()),
+            )
+
+        await self._w().write(work)
+
+    async def checkpoint(self, context_id: str, covers_hash: str) -> dict[str, Any] | None:
+        """The checkpoint covering up to ``covers_hash``, or ``None``."""
+        row = await self._r().run(
+            lambda conn: conn.execute(
+                "SELECT checkpoint FROM checkpoints WHERE context_id = ? AND covers_hash = ?", (context_id, covers_hash)
+            ).fetchone()
+        )
+        return None if row is None else dict(rc.load_json(row[0]))
+
+    async def checkpoints(self, context_id: str) -> dict[str, dict[str, Any]]:
+        """Every checkpoint of the session, by covered chain hash."""
+        rows = await self._r().run(
+            lambda conn: conn.execute(
+                "SELECT covers_hash, checkpoint FROM checkpoints WHERE context_id = ? ORDER BY rowid", (context_id,)
+            ).fetchall()
+        )
+        return {covers: dict(rc.load_json(body)) for covers, body in rows}
+
+    async def put_state(self, context_id: str, chain_hash: str, channel: str, value: Any) -> None:
+        """Store (or replace) a state channel's value as of ``chain_hash``."""
+
+        def work(conn: sqlite3.Connection) -> None:
+            _require_session(conn, context_id)
+            conn.execute(
+                "INSERT INTO state_channels (context_id, chain_hash, channel, value) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (context_id, chain_hash, channel) DO UPDATE SET value = excluded.value",
+                (context_id, chain_hash, channel, rc.json_text(value)),
+            )
+
+        await self._w().write(work)
+
+    async def state(self, context_id: str, chain_hash: str, channel: str) -> Any | None:
+        """A state channel's value as of ``chain_hash``, or ``None``."""
+        row = await self._r().run(
+            lambda conn: conn.execute(
+                "SELECT value FROM state_channels WHERE context_id = ? AND chain_hash = ? AND channel = ?",
+                (context_id, chain_hash, channel),
+            ).fetchone()
+        )
+        return None if row is None else rc.load_json(row[0])
+
+    async def put_skill_ref(self, context_id: str, ref: SkillRef) -> None:
+        """Record a skill read; the same (name, revision, chain hash) twice is one record."""
+
+        def work(conn: sqlite3.Connection) -> None:
+            _require_session(conn, context_id)
+            conn.execute(
+                "INSERT INTO skill_refs (context_id, name, revision, chain_hash) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT DO NOTHING",
+                (context_id, ref.name, ref.revision, ref.chain_hash),
+            )
+
+        await self._w().write(work)
+
+    async def skill_refs(self, context_id: str) -> list[SkillRef]:
+        """The session's skill references, oldest first."""
+        rows = await self._r().run(
+            lambda conn: conn.execute(
+                "SELECT name, revision, chain_hash FROM skill_refs WHERE context_id = ? ORDER BY id", (context_id,)
+            ).fetchall()
+        )
+        return [SkillRef(name, revision, chash) for name, revision, chash in rows]
+
+
+def _is_ancestor(conn: sqlite3.Connection, context_id: str, candidate: str, head: str, position: int) -> bool:
+    """Whether ``candidate`` (at ``position``) lies on the branch ending at ``head``."""
+    row = conn.execute(
+        _BRANCH_SQL + "SELECT 1 FROM branch WHERE position = :pos AND chain_hash = :cand",
+        {"cid": context_id, "head": head, "pos": position, "cand": candidate},
+    ).fetchone()
+    return row is not None

@@ -1,0 +1,101 @@
+"""The SQLite store's schema as numbered migrations, and the code that applies them."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime
+
+# Append only: a released migration is never edited, a change is a new version.
+MIGRATIONS: tuple[tuple[int, str], ...] = (
+    (
+        1,
+        """
+        CREATE TABLE sessions (
+            context_id TEXT PRIMARY KEY,
+            scope TEXT NOT NULL,
+            head_hash TEXT NOT NULL DEFAULT '',
+            turns INTEGER NOT NULL DEFAULT 0,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        );
+        CREATE TABLE messages (
+            context_id TEXT NOT NULL REFERENCES sessions (context_id) ON DELETE CASCADE,
+            chain_hash TEXT NOT NULL,
+            parent_hash TEXT NOT NULL,
+            position INTEGER NOT NULL,
+            message TEXT NOT NULL,
+            tool_output_ref TEXT,
+            PRIMARY KEY (context_id, chain_hash)
+        );
+        CREATE TABLE tool_outputs (
+            context_id TEXT NOT NULL REFERENCES sessions (context_id) ON DELETE CASCADE,
+            ref TEXT NOT NULL,
+            chain_hash TEXT NOT NULL,
+            body TEXT NOT NULL,
+            PRIMARY KEY (context_id, ref)
+        );
+        CREATE TABLE internal_steps (
+            context_id TEXT NOT NULL REFERENCES sessions (context_id) ON DELETE CASCADE,
+            anchor_hash TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            message TEXT NOT NULL,
+            PRIMARY KEY (context_id, anchor_hash, seq)
+        );
+        CREATE TABLE checkpoints (
+            context_id TEXT NOT NULL REFERENCES sessions (context_id) ON DELETE CASCADE,
+            covers_hash TEXT NOT NULL,
+            checkpoint TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            PRIMARY KEY (context_id, covers_hash)
+        );
+        CREATE TABLE state_channels (
+            context_id TEXT NOT NULL REFERENCES sessions (context_id) ON DELETE CASCADE,
+            chain_hash TEXT NOT NULL,
+            channel TEXT NOT NULL,
+            value TEXT NOT NULL,
+            PRIMARY KEY (context_id, chain_hash, channel)
+        );
+        CREATE TABLE skill_refs (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            context_id TEXT NOT NULL REFERENCES sessions (context_id) ON DELETE CASCADE,
+            name TEXT NOT NULL,
+            revision TEXT NOT NULL,
+            chain_hash TEXT NOT NULL,
+            UNIQUE (context_id, name, revision, chain_hash)
+        );
+        """,
+    ),
+)
+
+
+def applied_versions(conn: sqlite3.Connection) -> list[int]:
+    """The migration versions recorded in the database, ascending."""
+    return [row[0] for row in conn.execute("SELECT version FROM schema_version ORDER BY version")]
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Apply every pending migration, each in its own transaction (idempotent).
+
+    ``BEGIN IMMEDIATE`` takes the write lock before the version is read, so two processes opening
+    the same file at once apply each migration exactly once.
+    """
+    conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)")
+    for version, script in MIGRATIONS:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if conn.execute("SELECT 1 FROM schema_version WHERE version = ?", (version,)).fetchone() is None:
+                # executescript() would commit the open transaction first; run statement by statement.
+                for statement in _statements(script):
+                    conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
+                    (version, datetime.now(UTC).isoformat()),
+                )
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+
+def _statements(script: str) -> list[str]:
+    return [part.strip() for part in script.split(";") if part.strip()]
