@@ -1,0 +1,173 @@
+"""Token estimators: a tokenizer-free conservative one, an exact tiktoken one, and a per-message cache.
+
+The assembler only sees the :class:`~proxy.context.types.TokenEstimator` protocol, so a provider can
+inject its exact tokenizer without changing anything else.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from proxy.canonical import canonical_message, content_text, message_hash, stable_json
+from proxy.context.cjk_costs import cost_table
+from proxy.context.types import TokenEstimator
+
+# Every chat message costs a few framing tokens (role, separators) on top of its content; OpenAI's
+# documented figure is 3-4, plus 3 priming the reply. 4 keeps us on the safe side per message.
+MESSAGE_OVERHEAD_TOKENS = 4
+# Tool schemas are rendered by the provider into a hidden preamble; the per-tool framing is a guess
+# the JSON text of the schema then dominates.
+TOOL_OVERHEAD_TOKENS = 8
+
+# Pieces roughly as tiktoken's pre-tokenizer cuts text: a word with its leading space, a digit run,
+# a punctuation run with its leading space, a whitespace run, a run of non-ASCII characters. Each
+# piece is at least one token and at most one token per UTF-8 byte; the costs below sit in between.
+_PIECE = re.compile(r" ?[A-Za-z]+|[0-9]+| ?[!-/:-@\[-`{-~]+|\s+|[^\x00-\x7f]+")
+_WORDLIKE = re.compile(r" ?(?:[a-z]+|[A-Z][a-z]+)")
+_VOWEL = re.compile(r"[aeiouy]")
+_CONSONANT_CLUSTER = re.compile(r"[^aeiouy ]{5}", re.IGNORECASE)
+
+
+def _letters_cost(piece: str) -> float:
+    n = len(piece.lstrip(" "))
+    if _WORDLIKE.fullmatch(piece) and _VOWEL.search(piece) and not _CONSONANT_CLUSTER.search(piece):
+        # Natural-language words: about one token per 4 letters, at least one per word.
+        return 1.0 + (n - 1) / 6
+    # Acronyms, identifiers in odd case, base64 and hash fragments: close to one token per letter pair
+    # or worse, since the vocabulary rarely has them.
+    return 0.75 * n + 0.5
+
+
+def _non_ascii_cost(piece: str) -> int:
+    table = cost_table()
+    # Characters outside the table (emoji, accented Latin, Cyrillic...) cost their UTF-8 length: every
+    # byte is a token in both encodings, so that can never be an under-count.
+    return sum(table.get(ch) or len(ch.encode("utf-8")) for ch in piece)
+
+
+class ConservativeTokenEstimator:
+    """An upper estimate of tiktoken's ``cl100k_base`` and ``o200k_base`` counts, without a tokenizer.
+
+    Words cost by length, digits by groups of three, punctuation one token per character, CJK by a
+    generated per-character table of worst-case costs, any other non-ASCII character by its bytes;
+    each piece is capped by its UTF-8 length (a hard upper bound). ``slack`` absorbs the rare word
+    that the vocabulary splits more finely than the word rule assumes.
+    """
+
+    def __init__(self, *, slack: int = 2, message_overhead: int = MESSAGE_OVERHEAD_TOKENS) -> None:
+        self.slack = slack
+        self.message_overhead = message_overhead
+
+    def count_text(self, text: str) -> int:
+        """Estimated tokens of ``text``."""
+        if not text:
+            return 0
+        total = 0.0
+        for match in _PIECE.finditer(text):
+            piece = match.group()
+            first = piece[0] if piece[0] != " " or len(piece) == 1 else piece[1]
+            if first.isascii() and first.isalpha():
+                cost = _letters_cost(piece)
+            elif first.isascii() and first.isdigit():
+                cost = math.ceil(len(piece) / 3)
+            elif piece.isspace():
+                cost = 1 + len(piece) // 8
+            elif not first.isascii():
+                cost = _non_ascii_cost(piece)
+            else:
+                cost = 0.5 + 0.5 * len(piece)  # punctuation: one token per character at worst
+            total += min(cost, len(piece.encode("utf-8")))
+        return math.ceil(total) + self.slack
+
+    def count_message(self, message: Mapping[str, Any]) -> int:
+        """Estimated tokens of one chat message, framing included."""
+        return _count_message(self, message, self.message_overhead)
+
+    def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
+        """Estimated tokens of the tool schemas as the provider renders them."""
+        return sum(self.count_text(stable_json(tool)) + TOOL_OVERHEAD_TOKENS for tool in tools)
+
+
+class TiktokenEstimator:
+    """Exact counts with a tiktoken encoding (OpenAI models); messages get the same framing overhead."""
+
+    def __init__(self, encoding_name: str = "o200k_base", *, message_overhead: int = MESSAGE_OVERHEAD_TOKENS) -> None:
+        import tiktoken  # local import: tiktoken loads its encodings lazily, keep the package import cheap
+
+        self.encoding_name = encoding_name
+        self.message_overhead = message_overhead
+        self._encoding = tiktoken.get_encoding(encoding_name)
+
+    def count_text(self, text: str) -> int:
+        """Exact tokens of ``text`` (special-token text counted as ordinary text)."""
+        return len(self._encoding.encode(text, disallowed_special=())) if text else 0
+
+    def count_message(self, message: Mapping[str, Any]) -> int:
+        """Tokens of one chat message, framing included."""
+        return _count_message(self, message, self.message_overhead)
+
+    def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
+        """Tokens of the tool schemas' JSON plus per-tool framing."""
+        return sum(self.count_text(stable_json(tool)) + TOOL_OVERHEAD_TOKENS for tool in tools)
+
+
+def _count_message(estimator: TokenEstimator, message: Mapping[str, Any], overhead: int) -> int:
+    canon = canonical_message(message)
+    total = overhead + estimator.count_text(content_text(canon.get("content")))
+    for key in ("name", "tool_call_id"):
+        if isinstance(canon.get(key), str):
+            total += estimator.count_text(canon[key])
+    for call in canon.get("tool_calls", ()):
+        # The provider sees the call's id, name and arguments; their JSON text bounds all three.
+        total += estimator.count_text(stable_json(call))
+    if "function_call" in canon:
+        total += estimator.count_text(stable_json(canon["function_call"]))
+    # Non-text content parts (images, audio) have provider-specific costs; charge their JSON so they
+    # are at least not free.
+    content = canon.get("content")
+    if isinstance(content, list):
+        others = [part for part in content if not (isinstance(part, Mapping) and part.get("type") == "text")]
+        if others:
+            total += estimator.count_text(stable_json(others))
+    return total
+
+
+class CachingEstimator:
+    """Wraps an estimator and caches ``count_message`` by :func:`~proxy.canonical.message_hash`.
+
+    One instance lives as long as a session's estimates stay valid (e.g. per run), so a turn only pays
+    for the messages that are new. ``hits``/``misses`` make that observable.
+    """
+
+    def __init__(self, inner: TokenEstimator, *, max_entries: int = 200_000) -> None:
+        self.inner = inner
+        self.max_entries = max_entries
+        self.hits = 0
+        self.misses = 0
+        self._cache: dict[str, int] = {}
+
+    def count_text(self, text: str) -> int:
+        """Delegates: text (the system prompt, sections) changes rarely and is cheap next to history."""
+        return self.inner.count_text(text)
+
+    def count_message(self, message: Mapping[str, Any]) -> int:
+        """Cached per message content hash."""
+        key = message_hash(message)
+        cached = self._cache.get(key)
+        if cached is not None:
+            self.hits += 1
+            return cached
+        self.misses += 1
+        value = self.inner.count_message(message)
+        if len(self._cache) >= self.max_entries:
+            # Insertion-ordered dict: evicting the oldest entry keeps the cache bounded without an LRU.
+            self._cache.pop(next(iter(self._cache)))
+        self._cache[key] = value
+        return value
+
+    def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
+        """Delegates to the wrapped estimator."""
+        return self.inner.count_tools(tools)

@@ -1,0 +1,98 @@
+"""Atomic units of a chat history: what may be kept or dropped only as a whole.
+
+An assistant message with tool calls and the tool results right after it form one unit; every other
+message is a unit of its own. The same split serves the message-count cap and the token window, so
+neither can separate a call from its results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias
+
+UnitKind: TypeAlias = Literal["message", "tool_step", "orphan_result", "pinned"]
+PINNED_ROLES = frozenset({"system", "developer"})
+RESULT_ROLES = frozenset({"tool", "function"})
+
+
+@dataclass(frozen=True)
+class Unit:
+    """Messages ``[start, stop)`` of a history that stand or fall together.
+
+    ``missing`` lists the call IDs of a tool step that have no result in the unit: such a step is
+    unfinished and is never dropped.
+    """
+
+    start: int
+    stop: int
+    kind: UnitKind
+    missing: tuple[str, ...] = ()
+
+    @property
+    def unfinished(self) -> bool:
+        """True for a tool step with calls that have no result."""
+        return bool(self.missing)
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+
+def call_ids(message: Mapping[str, Any]) -> list[str]:
+    """The IDs of an assistant message's tool calls (a legacy ``function_call`` counts as one call)."""
+    calls = message.get("tool_calls") or ()
+    ids = [str(call.get("id", "")) for call in calls if isinstance(call, Mapping)]
+    if not ids and message.get("function_call"):
+        ids = ["function_call"]
+    return ids
+
+
+def _result_id(message: Mapping[str, Any]) -> str:
+    return "function_call" if message.get("role") == "function" else str(message.get("tool_call_id", ""))
+
+
+def split_units(history: Sequence[Mapping[str, Any]]) -> list[Unit]:
+    """Split ``history`` into units, in order; together they cover every message exactly once."""
+    units: list[Unit] = []
+    i, n = 0, len(history)
+    while i < n:
+        message = history[i]
+        role = message.get("role")
+        ids = call_ids(message) if role == "assistant" else []
+        if ids:
+            pending = list(ids)
+            j = i + 1
+            # Results belong to the step only while they answer its calls, right after it.
+            while j < n and history[j].get("role") in RESULT_ROLES and _result_id(history[j]) in pending:
+                pending.remove(_result_id(history[j]))
+                j += 1
+            units.append(Unit(i, j, "tool_step", tuple(pending)))
+            i = j
+            continue
+        if role in RESULT_ROLES:
+            kind: UnitKind = "orphan_result"
+        elif role in PINNED_ROLES:
+            kind = "pinned"
+        else:
+            kind = "message"
+        units.append(Unit(i, i + 1, kind))
+        i += 1
+    return units
+
+
+def anchor_unit(history: Sequence[Mapping[str, Any]], units: Sequence[Unit]) -> int | None:
+    """Index (into ``units``) of the task anchor: the unit holding the first user message."""
+    for k, unit in enumerate(units):
+        if unit.kind == "message" and history[unit.start].get("role") == "user":
+            return k
+    return None
+
+
+def latest_step_start(history: Sequence[Mapping[str, Any]], units: Sequence[Unit]) -> int:
+    """Index (into ``units``) where the latest step begins: the last unit that starts with an assistant
+    message, so the step keeps its call/result structure and whatever the client sent after it; with no
+    assistant message, the last unit."""
+    for k in range(len(units) - 1, -1, -1):
+        if history[units[k].start].get("role") == "assistant":
+            return k
+    return max(len(units) - 1, 0)

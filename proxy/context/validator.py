@@ -1,0 +1,101 @@
+"""``ContextValidator``: the last check of a composed model input before it reaches the provider.
+
+It re-checks what the earlier stages promise (roles, tool pairing, the limit, hidden-message markers,
+no contributor-made assistant or tool messages) and reports every problem at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from proxy.context.composer import ComposedContext
+from proxy.context.hidden import HIDDEN_MESSAGE
+from proxy.context.types import TokenEstimator
+from proxy.context.units import RESULT_ROLES, call_ids
+from proxy.errors import AssemblyFailed
+
+VALID_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+
+
+class ContextValidator:
+    """Raises AssemblyFailed listing every problem of a composed input; returns its token estimate."""
+
+    def validate(
+        self,
+        composed: ComposedContext,
+        *,
+        limit_tokens: int,
+        estimator: TokenEstimator,
+        tools: Sequence[Mapping[str, Any]] = (),
+    ) -> int:
+        """Check ``composed`` (plus ``tools``) against the protocol and ``limit_tokens``; return the estimate."""
+        messages = composed.messages
+        problems = _role_problems(messages) + _pairing_problems(messages) + _hidden_problems(composed)
+        total = sum(estimator.count_message(m) for m in messages) + (estimator.count_tools(tools) if tools else 0)
+        if total > limit_tokens:
+            problems.append(f"estimated {total} tokens, over the limit of {limit_tokens}")
+        if problems:
+            raise AssemblyFailed("invalid model input: " + "; ".join(problems))
+        return total
+
+
+def _role_problems(messages: Sequence[Mapping[str, Any]]) -> list[str]:
+    problems: list[str] = []
+    if not messages:
+        problems.append("no messages")
+    for i, message in enumerate(messages):
+        role = message.get("role")
+        if role not in VALID_ROLES:
+            problems.append(f"message {i} has invalid role {role!r}")
+        if "tool_calls" in message and (message.get("tool_calls") == [] or role != "assistant"):
+            # OpenAI rejects tool_calls: [] and tool calls on any role but assistant.
+            problems.append(f"message {i} ({role}) has invalid tool_calls")
+    if messages and not any(m.get("role") == "user" for m in messages):
+        problems.append("no user message")
+    return problems
+
+
+def _pairing_problems(messages: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Every call answered right after it, exactly once; no result without its call."""
+    problems: list[str] = []
+    pending: list[str] = []
+    pending_at = -1
+    for i, message in enumerate(messages):
+        role = message.get("role")
+        if role in RESULT_ROLES:
+            rid = "function_call" if role == "function" else str(message.get("tool_call_id", ""))
+            if rid in pending:
+                pending.remove(rid)
+            else:
+                problems.append(f"message {i}: tool result {rid!r} has no matching call right before it")
+            continue
+        if pending:
+            problems.append(f"message {pending_at}: tool calls {pending} have no results")
+        pending = call_ids(message) if role == "assistant" else []
+        if len(set(pending)) != len(pending):
+            problems.append(f"message {i}: duplicate tool call ids")
+        pending_at = i
+    if pending:
+        problems.append(
+            f"message {pending_at}: tool calls {pending} have no results (an unfinished call cannot be sent)"
+        )
+    return problems
+
+
+def _hidden_problems(composed: ComposedContext) -> list[str]:
+    problems: list[str] = []
+    for i in composed.hidden_indices:
+        if not 0 <= i < len(composed.messages):
+            problems.append(f"hidden message index {i} out of range")
+            continue
+        message = composed.messages[i]
+        if message.get("role") != "user" or any(
+            message.get(k) for k in ("tool_calls", "tool_call_id", "function_call")
+        ):
+            problems.append(f"message {i}: contributor message is not a plain user message")
+            continue
+        content = message.get("content")
+        if not isinstance(content, str) or not HIDDEN_MESSAGE.fullmatch(content):
+            problems.append(f"message {i}: malformed hidden context marker")
+    return problems

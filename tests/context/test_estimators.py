@@ -1,0 +1,237 @@
+"""Estimators: the conservative one never under-counts tiktoken; the cache pays only for new messages."""
+
+import json
+from pathlib import Path
+
+import pytest
+import tiktoken
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.canonical import stable_json
+from proxy.context.cjk_costs import cost_table
+from proxy.context.estimators import (
+    MESSAGE_OVERHEAD_TOKENS,
+    CachingEstimator,
+    ConservativeTokenEstimator,
+    TiktokenEstimator,
+)
+
+ENCODINGS = [tiktoken.get_encoding(name) for name in ("cl100k_base", "o200k_base")]
+ESTIMATOR = ConservativeTokenEstimator()
+SHARED = Path("/work/shared")
+
+
+def exact(text: str) -> int:
+    return max(len(enc.encode(text, disallowed_special=())) for enc in ENCODINGS)
+
+
+WORDS = [
+    "the",
+    "of",
+    "and",
+    "protein",
+    "structure",
+    "prediction",
+    "spectroscopy",
+    "phosphorylation",
+    "we",
+    "show",
+    "that",
+    "temperature",
+    "catalyst",
+    "yield",
+    "enzyme",
+    "kinetics",
+    "Michaelis",
+    "Menten",
+    "genome",
+    "CRISPR",
+    "DFT",
+    "B3LYP",
+    "basis",
+    "set",
+    "convergence",
+    "Hamiltonian",
+    "eigenvalue",
+    "QWEN",
+    "GROQ",
+    "BAAI",
+    "kyma",
+    "ecdh",
+    "dfae",
+    "HTTP",
+    "JSON",
+    "API",
+    "Bayesian",
+    "posterior",
+    "p-value",
+    "ANOVA",
+    "mRNA",
+    "DNA",
+    "RNA-seq",
+]
+
+
+def gb2312_level1() -> list[str]:
+    """The 3,755 common Chinese characters (GB2312 level 1): what research text is made of."""
+    chars = []
+    for hi in range(0xB0, 0xD8):
+        for lo in range(0xA1, 0xFF):
+            try:
+                chars.append(bytes([hi, lo]).decode("gb2312"))
+            except UnicodeDecodeError:
+                continue
+    return chars
+
+
+CJK_COMMON = gb2312_level1()
+PUNCT = list("，。、：；！？（）“”《》—…") + list(".,;:!?()[]{}\"'-_/\\=+*<>@#$%^&|~`")
+
+piece = st.one_of(
+    st.sampled_from(WORDS),
+    st.text(st.sampled_from(CJK_COMMON), min_size=1, max_size=40),
+    st.integers(-(10**12), 10**12).map(str),
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.text(st.sampled_from("0123456789abcdef"), min_size=1, max_size=40),  # hashes, ids
+    st.text(st.sampled_from(PUNCT), min_size=1, max_size=6),
+    st.sampled_from([" ", "\n", "\n\n", "    ", "\t", "\n        "]),
+    st.text(st.characters(codec="utf-8"), max_size=8),  # anything at all, in small doses
+)
+mixed_text = st.lists(piece, max_size=60).map(" ".join)
+json_value = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | mixed_text,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(WORDS), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=50, deadline=None)
+@given(mixed_text)
+def test_never_under_on_mixed_research_text(text: str) -> None:
+    assert ESTIMATOR.count_text(text) >= exact(text)
+
+
+@settings(max_examples=50, deadline=None)
+@given(json_value, st.booleans())
+def test_never_under_on_json(value: object, pretty: bool) -> None:
+    text = json.dumps(value, ensure_ascii=False, indent=2 if pretty else None)
+    assert ESTIMATOR.count_text(text) >= exact(text)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.text(st.sampled_from(sorted(cost_table())), min_size=1, max_size=80))
+def test_never_under_on_any_cjk_run(text: str) -> None:
+    assert ESTIMATOR.count_text(text) >= exact(text)
+
+
+def corpus_chunks() -> list[tuple[str, str]]:
+    site = Path(json.__file__).parent  # the stdlib: real code and English docstrings
+    texts = {
+        "spec-en": (SHARED / "seed" / "SPEC.md").read_text(),
+        "spec-zh": (SHARED / "seed" / "dynamic-context-assembly.zh.txt").read_text(),
+        "design": (SHARED / "DESIGN.md").read_text(),
+        "code": (site / "decoder.py").read_text() + (site / "encoder.py").read_text(),
+    }
+    chunks = []
+    for name, text in texts.items():
+        for size in (7, 50, 400, 3000):
+            chunks += [(name, text[i : i + size]) for i in range(0, len(text), max(size, 97))]
+    return chunks
+
+
+def test_never_under_on_the_corpus() -> None:
+    chunks = corpus_chunks()
+    assert len(chunks) > 200
+    under = [(name, text) for name, text in chunks if ESTIMATOR.count_text(text) < exact(text)]
+    assert under == []
+
+
+def test_over_count_stays_modest_on_real_text() -> None:
+    # "as little as that allows": whole documents land within 2.2x of the larger tokenizer count.
+    for path in (SHARED / "seed" / "SPEC.md", SHARED / "seed" / "dynamic-context-assembly.zh.txt"):
+        text = path.read_text()
+        assert ESTIMATOR.count_text(text) <= 2.2 * exact(text)
+
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "read_tool_output",
+            "description": "读取已存储的工具输出。Read a stored tool output by reference, query or line range.",
+            "strict": True,
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "ref": {"type": "string", "pattern": "[A-Za-z0-9_.:-]+"},
+                    "query": {"type": ["string", "null"]},
+                    "start_line": {"type": ["integer", "null"], "minimum": 1},
+                },
+                "required": ["ref", "query", "start_line"],
+                "additionalProperties": False,
+            },
+        },
+    }
+]
+
+
+def test_tool_schemas_not_under() -> None:
+    assert ESTIMATOR.count_tools(TOOLS) >= exact(stable_json(TOOLS[0]))
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+def test_tiktoken_estimator_is_exact(name: str) -> None:
+    est = TiktokenEstimator(name)
+    text = "温度升高使反应速率加快 by 2.5x <|endoftext|>"
+    assert est.count_text(text) == len(tiktoken.get_encoding(name).encode(text, disallowed_special=()))
+    assert est.count_message({"role": "user", "content": text}) == est.count_text(text) + MESSAGE_OVERHEAD_TOKENS
+
+
+def test_message_counts_tool_calls_and_ids() -> None:
+    bare = {"role": "assistant", "content": None}
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}],
+    }
+    assert ESTIMATOR.count_message(call) > ESTIMATOR.count_message(bare) >= MESSAGE_OVERHEAD_TOKENS
+    result = {"role": "tool", "tool_call_id": "call_1", "content": "ok"}
+    assert ESTIMATOR.count_message(result) > ESTIMATOR.count_message({"role": "tool", "content": "ok"})
+
+
+def test_empty_text_is_free() -> None:
+    assert ESTIMATOR.count_text("") == 0
+
+
+class CountingEstimator(ConservativeTokenEstimator):
+    def __init__(self) -> None:
+        super().__init__()
+        self.history: list[object] = []
+
+    def count_message(self, message: dict) -> int:  # type: ignore[override]
+        self.history.append(message)
+        return super().count_message(message)
+
+
+def test_cache_pays_only_for_new_messages() -> None:
+    inner = CountingEstimator()
+    cache = CachingEstimator(inner)
+    turn = [{"role": "user", "content": f"message {i}"} for i in range(50)]
+    first = [cache.count_message(m) for m in turn]
+    assert len(inner.history) == 50
+    turn.append({"role": "assistant", "content": "new"})
+    second = [cache.count_message(m) for m in turn]
+    assert second[:50] == first
+    assert len(inner.history) == 51 and cache.hits == 50 and cache.misses == 51
+
+
+def test_cache_keys_ignore_cosmetic_differences_and_stay_bounded() -> None:
+    inner = CountingEstimator()
+    cache = CachingEstimator(inner, max_entries=2)
+    cache.count_message({"role": "user", "content": "a"})
+    cache.count_message({"role": "user", "content": "a", "refusal": None})
+    assert len(inner.history) == 1
+    for text in "bcd":
+        cache.count_message({"role": "user", "content": text})
+    assert len(cache._cache) == 2
