@@ -31,13 +31,19 @@ from proxy.session.store import (
 
 T = TypeVar("T")
 
+# The LATERAL ... LIMIT 1 step pins the walk to one primary-key lookup per message. A plain join lets
+# the planner, without statistics on a young table, hash-join a scan of the whole session per step:
+# 5,000 messages took 9 s that way, 15 ms this way.
 _BRANCH_SQL = """
 WITH RECURSIVE branch(chain_hash, parent_hash, position, message, tool_output_ref) AS (
     SELECT chain_hash, parent_hash, position, message, tool_output_ref
     FROM messages WHERE context_id = $1 AND chain_hash = $2
     UNION ALL
     SELECT m.chain_hash, m.parent_hash, m.position, m.message, m.tool_output_ref
-    FROM messages AS m JOIN branch AS b ON m.context_id = $1 AND m.chain_hash = b.parent_hash
+    FROM branch AS b CROSS JOIN LATERAL (
+        SELECT chain_hash, parent_hash, position, message, tool_output_ref
+        FROM messages WHERE context_id = $1 AND chain_hash = b.parent_hash LIMIT 1
+    ) AS m
 )
 """
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
@@ -31,6 +32,8 @@ from proxy.session.store import (
 )
 
 T = TypeVar("T")
+
+_BUSY_TIMEOUT_MS = 10_000  # only another process can hold the write lock; ours are serialized
 
 _BRANCH_SQL = """
 WITH RECURSIVE branch(chain_hash, parent_hash, position, message, tool_output_ref) AS (
@@ -55,12 +58,12 @@ class _Connection:
     def _connect(self) -> sqlite3.Connection:
         # isolation_level=None: we issue BEGIN/COMMIT ourselves, so a transaction is exactly what we say.
         conn = sqlite3.connect(self._path, isolation_level=None)
-        conn.execute("PRAGMA busy_timeout = 10000")
+        conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
         conn.execute("PRAGMA foreign_keys = ON")
         if self._query_only:
             conn.execute("PRAGMA query_only = ON")
         else:
-            conn.execute("PRAGMA journal_mode = WAL")
+            _enable_wal(conn)
             # NORMAL is safe from corruption in WAL mode; a power cut may lose the last commits only.
             conn.execute("PRAGMA synchronous = NORMAL")
         self._conn = conn
@@ -91,6 +94,20 @@ class _Connection:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _enable_wal(conn: sqlite3.Connection) -> None:
+    # Switching a new file to WAL needs an exclusive lock, and SQLite reports "locked" at once, without
+    # consulting busy_timeout, while another connection holds the file (two stores opening together).
+    give_up = time.monotonic() + _BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > give_up:
+                raise
+            time.sleep(0.01)
 
 
 def _transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:

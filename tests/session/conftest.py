@@ -1,0 +1,115 @@
+"""Store fixtures: every store test runs on SQLite (a temp file) and on PostgreSQL (a fresh schema).
+
+PostgreSQL comes from ``CONTEXT_PROXY_TEST_PG`` (default ``postgresql://postgres@127.0.0.1:5432/test``).
+When it cannot be reached the PostgreSQL half skips and says why, except under ``CI=true``, where an
+unreachable database fails the run: CI must never pass by silently testing one backend.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+from proxy.session.postgres import PostgresSessionStore
+from proxy.session.sqlite import SqliteSessionStore
+from proxy.session.store import SessionStore
+
+DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+@dataclass
+class Backend:
+    """One storage location (a file, a schema) and a way to open any number of stores on it."""
+
+    name: str
+    make: Callable[..., SessionStore]  # a new, unopened store on the same location
+    versions: Callable[[], Awaitable[list[int]]]  # the migration versions recorded there
+    opened: list[SessionStore] = field(default_factory=list)
+
+    async def open(self, **kwargs: Any) -> SessionStore:
+        """A new opened store on this location (a restart, or another replica)."""
+        store = self.make(**kwargs)
+        self.opened.append(store)
+        await store.open()
+        return store
+
+
+def pg_dsn() -> str:
+    """The test database's DSN."""
+    return os.environ.get("CONTEXT_PROXY_TEST_PG", DEFAULT_PG_DSN)
+
+
+async def require_postgres(dsn: str) -> None:
+    """Skip (or, under CI=true, fail) when the test PostgreSQL server cannot be reached."""
+    try:
+        conn = await asyncpg.connect(dsn, timeout=5)
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        message = f"PostgreSQL is not reachable at {dsn} ({type(exc).__name__}: {exc})"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{message}; CI=true requires the PostgreSQL store tests to run")
+        pytest.skip(f"{message}; set CONTEXT_PROXY_TEST_PG to run the PostgreSQL store tests")
+    await conn.close()
+
+
+def _sqlite_backend(path: Path) -> Backend:
+    def make(**kwargs: Any) -> SessionStore:
+        return SqliteSessionStore(path, **kwargs)
+
+    async def versions() -> list[int]:
+        with sqlite3.connect(path) as conn:
+            return [row[0] for row in conn.execute("SELECT version FROM schema_version ORDER BY version")]
+
+    return Backend("sqlite", make, versions)
+
+
+def _postgres_backend(dsn: str, schema: str) -> Backend:
+    def make(**kwargs: Any) -> SessionStore:
+        return PostgresSessionStore(dsn, schema=schema, **kwargs)
+
+    async def versions() -> list[int]:
+        conn = await asyncpg.connect(dsn)
+        try:
+            rows = await conn.fetch(f"SELECT version FROM {schema}.schema_version ORDER BY version")
+        finally:
+            await conn.close()
+        return [row["version"] for row in rows]
+
+    return Backend("postgres", make, versions)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+    """A fresh storage location of each backend; stores opened on it are closed, the schema dropped."""
+    if request.param == "sqlite":
+        chosen = _sqlite_backend(tmp_path / "sessions.sqlite3")
+        schema = None
+    else:
+        dsn = pg_dsn()
+        await require_postgres(dsn)
+        schema = f"test_store_{uuid.uuid4().hex[:16]}"
+        chosen = _postgres_backend(dsn, schema)
+    try:
+        yield chosen
+    finally:
+        for store in chosen.opened:
+            await store.close()
+        if schema is not None:
+            conn = await asyncpg.connect(pg_dsn())
+            try:
+                await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            finally:
+                await conn.close()
+
+
+@pytest.fixture
+async def store(backend: Backend) -> SessionStore:
+    """An opened store with a short lock wait (tests that need another wait open their own)."""
+    return await backend.open(lock_timeout_seconds=2.0)

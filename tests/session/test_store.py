@@ -1,0 +1,542 @@
+"""The SessionStore contract, run identically on SQLite and PostgreSQL (see conftest.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from typing import Any
+
+import pytest
+
+from proxy.canonical import chain_hashes
+from proxy.session.store import SessionStore, SkillRef, UnknownSession, tool_output_ref
+
+Message = dict[str, Any]
+
+
+def system(text: str = "You are a careful lab assistant.") -> Message:
+    return {"role": "system", "content": text}
+
+
+def user(text: str) -> Message:
+    return {"role": "user", "content": text}
+
+
+def assistant(text: str) -> Message:
+    return {"role": "assistant", "content": text}
+
+
+def call(*ids: str) -> Message:
+    calls = [{"id": i, "type": "function", "function": {"name": "run", "arguments": f'{{"n": "{i}"}}'}} for i in ids]
+    return {"role": "assistant", "content": None, "tool_calls": calls}
+
+
+def result(call_id: str, content: Any) -> Message:
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+def conversation(turns: int, tag: str = "") -> list[Message]:
+    messages = [system()]
+    for i in range(turns):
+        messages += [user(f"{tag}question {i}"), assistant(f"{tag}answer {i}")]
+    return messages
+
+
+async def stored_messages(store: SessionStore, context_id: str, head: str) -> list[Message]:
+    return [m.message for m in await store.transcript(context_id, head)]
+
+
+# --- reconciliation -------------------------------------------------------------------------------
+
+
+async def test_first_request_creates_the_session_and_stores_every_message(store: SessionStore) -> None:
+    messages = [system(), user("hello")]
+    hashes = chain_hashes(messages)
+
+    r = await store.reconcile("s1", "subagent", messages)
+
+    assert (r.created, r.forked, r.known_count, r.head_hash) == (True, False, 0, hashes[-1])
+    assert [(m.position, m.chain_hash, m.message) for m in r.new_messages] == list(
+        zip([0, 1], hashes, messages, strict=True)
+    )
+    info = await store.session("s1")
+    assert info is not None
+    assert (info.context_id, info.scope, info.turns, info.head_hash) == ("s1", "subagent", 0, hashes[-1])
+    assert "created_at" in info.metadata
+    assert await store.session("other") is None
+
+
+async def test_continuation_stores_only_the_new_suffix(store: SessionStore) -> None:
+    first = [*conversation(1), user("next")]
+    await store.reconcile("s", "main", first)
+    second = [*first, assistant("reply"), user("and then?")]
+
+    r = await store.reconcile("s", "main", second)
+
+    assert (r.created, r.forked, r.known_count) == (False, False, len(first))
+    assert [m.position for m in r.new_messages] == [len(first), len(first) + 1]
+    assert [m.message for m in r.new_messages] == second[len(first) :]
+    assert await stored_messages(store, "s", r.head_hash) == second
+    info = await store.session("s")
+    assert info is not None and info.head_hash == r.head_hash
+
+
+async def test_resending_the_same_history_stores_nothing(store: SessionStore) -> None:
+    messages = conversation(3)
+    await store.reconcile("s", "main", messages)
+    # Cosmetic differences real clients produce do not make a message new.
+    resent = [dict(m) for m in messages]
+    resent[2] = {**resent[2], "refusal": None, "annotations": []}
+
+    r = await store.reconcile("s", "main", resent)
+
+    assert (r.known_count, r.new_messages, r.forked, r.created) == (len(messages), [], False, False)
+    # The copy first stored is kept as it was sent.
+    assert await stored_messages(store, "s", r.head_hash) == messages
+
+
+async def test_messages_are_stored_exactly_as_sent(store: SessionStore) -> None:
+    odd = {
+        "content": [{"type": "text", "text": "名前 ✓ \U0001f9ea"}, {"type": "image_url", "image_url": {"url": "x"}}],
+        "role": "user",
+        "name": "alice",
+        "vendor_extra": {"b": 1, "a": [None, 1.5, True]},
+    }
+    messages = [system("nul \x00 survives"), odd]
+
+    r = await store.reconcile("s", "main", messages)
+
+    got = await stored_messages(store, "s", r.head_hash)
+    assert got == messages
+    assert list(got[1]) == list(odd)  # key order kept
+    assert [m.message for m in r.new_messages] == messages
+
+
+async def test_divergent_message_forks_and_both_branches_stay_whole(store: SessionStore) -> None:
+    base = conversation(2)  # system, q0, a0, q1, a1
+    branch_a = [*base, user("continue A")]
+    a = await store.reconcile("s", "main", branch_a)
+    branch_b = [*base[:3], assistant("regenerated answer"), user("continue B")]
+
+    b = await store.reconcile("s", "main", branch_b)
+
+    assert (b.forked, b.known_count) == (True, 3)
+    assert [m.position for m in b.new_messages] == [3, 4]
+    assert await stored_messages(store, "s", a.head_hash) == branch_a
+    assert await stored_messages(store, "s", b.head_hash) == branch_b
+    info = await store.session("s")
+    assert info is not None and info.head_hash == b.head_hash
+
+    # Continuing the new branch is not a fork.
+    b2 = await store.reconcile("s", "main", [*branch_b, assistant("ok")])
+    assert (b2.forked, b2.known_count) == (False, len(branch_b))
+
+    # Switching back to the stored branch A (all known) leaves the branch last continued.
+    back = await store.reconcile("s", "main", branch_a)
+    assert (back.forked, back.known_count, back.new_messages) == (True, len(branch_a), [])
+
+
+async def test_rewinding_to_an_earlier_point_of_the_branch_is_not_a_fork(store: SessionStore) -> None:
+    messages = conversation(3)
+    await store.reconcile("s", "main", messages)
+
+    r = await store.reconcile("s", "main", messages[:3])
+
+    assert (r.forked, r.known_count, r.new_messages) == (False, 3, [])
+    info = await store.session("s")
+    assert info is not None and info.head_hash == chain_hashes(messages[:3])[-1]
+
+
+async def test_tool_bodies_are_stored_under_their_references(store: SessionStore) -> None:
+    parts = [
+        {"type": "text", "text": "part a"},
+        {"type": "image_url", "image_url": {"url": "u"}},
+        {"type": "text", "text": "b"},
+    ]
+    messages = [
+        system(),
+        user("measure twice"),
+        call("c1", "c2"),
+        result("c1", "line 1\nline 2 \x00 end"),
+        result("c2", parts),
+        user("thanks"),
+    ]
+    hashes = chain_hashes(messages)
+
+    r = await store.reconcile("s", "main", messages)
+
+    refs = [m.tool_output_ref for m in r.new_messages]
+    assert refs == [None, None, None, tool_output_ref(hashes[3]), tool_output_ref(hashes[4]), None]
+    assert [m.tool_output_ref for m in await store.transcript("s", r.head_hash)] == refs
+    # NUL cannot live in a PostgreSQL text column; both backends replace it the same way.
+    assert await store.tool_output("s", tool_output_ref(hashes[3])) == "line 1\nline 2 \ufffd end"
+    assert await store.tool_output("s", tool_output_ref(hashes[4])) == "part a\nb"
+    # The message itself keeps the exact content.
+    assert (await store.transcript("s", r.head_hash))[3].message == messages[3]
+    # Resending stores nothing and keeps the bodies.
+    again = await store.reconcile("s", "main", messages)
+    assert again.new_messages == []
+    assert await store.tool_output("s", tool_output_ref(hashes[4])) == "part a\nb"
+
+
+async def test_a_tool_reference_of_another_session_is_unknown(store: SessionStore) -> None:
+    messages = [system(), user("run it"), call("c1"), result("c1", "secret body")]
+    a = await store.reconcile("a", "main", messages)
+    await store.reconcile("b", "main", [system(), user("something else")])
+    ref = a.new_messages[3].tool_output_ref
+    assert ref is not None
+
+    assert await store.tool_output("a", ref) == "secret body"
+    assert await store.tool_output("b", ref) is None
+    assert await store.tool_output("never-seen", ref) is None
+    assert await store.tool_output("a", "to_0000000000000000") is None
+    assert await store.transcript("b", a.head_hash) == []
+
+
+async def test_empty_requests_are_a_caller_error_and_store_nothing(store: SessionStore) -> None:
+    with pytest.raises(ValueError, match="at least one message"):
+        await store.reconcile("s", "main", [])
+    assert await store.session("s") is None
+
+
+async def test_unknown_head_has_an_empty_transcript(store: SessionStore) -> None:
+    await store.reconcile("s", "main", conversation(1))
+    assert await store.transcript("s", "f" * 64) == []
+
+
+async def test_a_failed_reconcile_of_a_new_session_leaves_nothing(store: SessionStore) -> None:
+    # The extra field is not hashed, so the failure happens while rows are being written.
+    bad = {"role": "user", "content": "x", "extra": object()}
+    messages = [system(), user("fine"), call("c1"), result("c1", "body"), bad]
+
+    with pytest.raises(ValueError, match="message 4"):
+        await store.reconcile("s", "main", messages)
+
+    assert await store.session("s") is None
+    hashes = chain_hashes(messages)
+    assert await store.transcript("s", hashes[3]) == []
+    assert await store.tool_output("s", tool_output_ref(hashes[3])) is None
+    retry = await store.reconcile("s", "main", messages[:4])
+    assert (retry.created, retry.known_count) == (True, 0)
+
+
+async def test_a_failed_continuation_leaves_the_session_as_it_was(store: SessionStore) -> None:
+    first = conversation(1)
+    before = await store.reconcile("s", "main", first)
+    messages = [*first, user("go"), call("c1"), result("c1", "body"), {"role": "user", "content": float("nan")}]
+
+    with pytest.raises(ValueError):
+        await store.reconcile("s", "main", messages)
+
+    info = await store.session("s")
+    assert info is not None and info.head_hash == before.head_hash
+    hashes = chain_hashes(messages)
+    assert await store.transcript("s", hashes[-2]) == []
+    assert await store.tool_output("s", tool_output_ref(hashes[-2])) is None
+    r = await store.reconcile("s", "main", messages[:-1])
+    assert (r.known_count, len(r.new_messages), r.forked) == (len(first), 3, False)
+
+
+async def test_random_walk_of_continuations_forks_and_resends_keeps_every_branch(store: SessionStore) -> None:
+    """Property: whatever the clients send, each request's transcript is exactly that request."""
+    rng = random.Random(20240607)
+    sent: list[list[Message]] = [[system()]]
+    await store.reconcile("s", "main", sent[0])
+    for step in range(40):
+        previous = rng.choice(sent)
+        action = rng.choice(["continue", "fork", "resend"])
+        if action == "continue":
+            request = [*previous, user(f"u{step}"), assistant(f"a{step}")]
+        elif action == "fork":
+            cut = rng.randrange(1, len(previous) + 1)
+            request = [*previous[:cut], user(f"fork {step}")]
+        else:
+            request = list(previous)
+        longest_known = max(_common_prefix(request, other) for other in sent)
+
+        r = await store.reconcile("s", "main", request)
+
+        assert r.known_count == longest_known, (step, action)
+        assert [m.message for m in r.new_messages] == request[longest_known:]
+        assert await stored_messages(store, "s", r.head_hash) == request
+        sent.append(request)
+    for request in sent:
+        assert await stored_messages(store, "s", chain_hashes(request)[-1]) == request
+
+
+def _common_prefix(a: list[Message], b: list[Message]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+async def test_a_5000_message_history_round_trips_quickly(store: SessionStore) -> None:
+    messages = [system()] + [user(f"message {i}") if i % 2 else assistant(f"reply {i}") for i in range(1, 5000)]
+    r = await store.reconcile("long", "main", messages)
+    assert len(r.new_messages) == 5000
+
+    started = time.perf_counter()
+    transcript = await store.transcript("long", r.head_hash)
+    elapsed = time.perf_counter() - started
+
+    assert [m.message for m in transcript] == messages
+    assert [m.position for m in transcript] == list(range(5000))
+    # One query takes tens of milliseconds; a query per message would take seconds.
+    assert elapsed < 2.0
+    more = await store.reconcile("long", "main", [*messages, user("one more")])
+    assert (more.known_count, len(more.new_messages)) == (5000, 1)
+
+
+# --- concurrency ----------------------------------------------------------------------------------
+
+
+async def test_different_sessions_reconcile_concurrently_without_mixing(store: SessionStore) -> None:
+    async def drive(n: int) -> list[Message]:
+        messages = [system(f"session {n}")]
+        for turn in range(4):
+            messages = [*messages, user(f"s{n} q{turn}")]
+            r = await store.reconcile(f"s{n}", "main", messages)
+            # Each turn adds the previous answer and a new question; the first adds system + question.
+            assert (r.created, r.known_count, len(r.new_messages)) == (turn == 0, len(messages) - 2, 2)
+            messages = [*messages, assistant(f"s{n} a{turn}")]
+        return messages[:-1]
+
+    sent = await asyncio.gather(*(drive(n) for n in range(20)))
+
+    for n, messages in enumerate(sent):
+        info = await store.session(f"s{n}")
+        assert info is not None
+        assert await stored_messages(store, f"s{n}", info.head_hash) == messages
+
+
+async def test_concurrent_reconciles_of_one_new_session_store_each_message_once(store: SessionStore) -> None:
+    messages = conversation(3)
+    results = await asyncio.gather(*(store.reconcile("s", "main", messages) for _ in range(6)))
+
+    assert sum(r.created for r in results) == 1
+    assert sum(len(r.new_messages) for r in results) == len(messages)
+    assert await stored_messages(store, "s", results[0].head_hash) == messages
+
+
+async def test_next_turn_counts_atomically(store: SessionStore) -> None:
+    await store.reconcile("s", "main", conversation(1))
+    turns = await asyncio.gather(*(store.next_turn("s") for _ in range(25)))
+    assert sorted(turns) == list(range(1, 26))
+    info = await store.session("s")
+    assert info is not None and info.turns == 25
+    with pytest.raises(UnknownSession):
+        await store.next_turn("never-seen")
+
+
+async def test_turn_lock_serializes_one_session(store: SessionStore) -> None:
+    log: list[tuple[str, int]] = []
+
+    async def turn(n: int) -> None:
+        async with store.turn_lock("s"):
+            log.append(("start", n))
+            await asyncio.sleep(0.05)
+            log.append(("end", n))
+
+    await asyncio.gather(*(turn(n) for n in range(4)))
+
+    for i in range(0, len(log), 2):
+        assert log[i][0] == "start" and log[i + 1] == ("end", log[i][1])
+
+
+async def test_turn_lock_times_out_with_session_busy(backend: Any) -> None:
+    from proxy.session.store import SessionBusy
+
+    store = await backend.open(lock_timeout_seconds=0.3)
+    async with store.turn_lock("s"):
+        started = time.perf_counter()
+        with pytest.raises(SessionBusy) as busy:
+            async with store.turn_lock("s"):
+                pytest.fail("the lock was held twice")
+        assert time.perf_counter() - started >= 0.25
+        assert busy.value.context_id == "s"
+        # Another session is not blocked by this one.
+        async with store.turn_lock("other"):
+            pass
+    async with store.turn_lock("s"):
+        pass
+
+
+async def test_turn_lock_is_released_by_errors_and_cancelled_waiters(store: SessionStore) -> None:
+    with pytest.raises(RuntimeError):
+        async with store.turn_lock("s"):
+            raise RuntimeError("the turn failed")
+
+    async def wait_for_lock() -> None:
+        async with store.turn_lock("s"):
+            pytest.fail("got a lock that was held")
+
+    async with store.turn_lock("s"):
+        waiter = asyncio.create_task(wait_for_lock())
+        await asyncio.sleep(0.1)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+
+    async with asyncio.timeout(1.0), store.turn_lock("s"):
+        pass
+
+
+async def test_two_replicas_serialize_the_same_session(backend: Any) -> None:
+    if backend.name == "sqlite":
+        pytest.skip("SQLite serializes turns within one process only; replicas need PostgreSQL")
+    from proxy.session.store import SessionBusy
+
+    a = await backend.open(lock_timeout_seconds=5.0)
+    b = await backend.open(lock_timeout_seconds=5.0)
+    impatient = await backend.open(lock_timeout_seconds=0.3)
+    no_wait = await backend.open(lock_timeout_seconds=0)
+    log: list[str] = []
+
+    async def turn(replica: SessionStore, name: str) -> None:
+        async with replica.turn_lock("s"):
+            log.append(f"start {name}")
+            await asyncio.sleep(0.1)
+            log.append(f"end {name}")
+
+    await asyncio.gather(turn(a, "a"), turn(b, "b"), turn(a, "a2"), turn(b, "b2"))
+    for i in range(0, len(log), 2):
+        assert log[i + 1] == log[i].replace("start", "end")
+
+    async with a.turn_lock("s"):
+        with pytest.raises(SessionBusy):
+            async with impatient.turn_lock("s"):
+                pytest.fail("two replicas held one session")
+        with pytest.raises(SessionBusy):
+            async with no_wait.turn_lock("s"):
+                pytest.fail("two replicas held one session")
+        # A waiter cancelled mid-wait on the server must not end up holding the lock.
+        waiter = asyncio.create_task(turn(b, "cancelled"))
+        await asyncio.sleep(0.2)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        async with b.turn_lock("other-session"):
+            pass
+    async with impatient.turn_lock("s"):
+        pass
+    assert "start cancelled" not in log
+
+
+# --- restart and migrations -----------------------------------------------------------------------
+
+
+async def test_a_restart_keeps_every_session(backend: Any) -> None:
+    first = await backend.open()
+    messages = [system(), user("go"), call("c1"), result("c1", "the body")]
+    r = await first.reconcile("s", "reviewer", messages)
+    await first.next_turn("s")
+    await first.put_state("s", r.head_hash, "plan", {"step": 2})
+    await first.put_checkpoint("s", r.head_hash, {"summary": "so far"})
+    await first.put_skill_ref("s", SkillRef("titration", "rev-1", r.head_hash))
+    await first.put_internal_steps("s", r.head_hash, [call("p1"), result("p1", "proxy tool output")])
+    await first.close()
+
+    second = await backend.open()
+
+    info = await second.session("s")
+    assert info is not None and (info.scope, info.turns, info.head_hash) == ("reviewer", 1, r.head_hash)
+    assert await stored_messages(second, "s", r.head_hash) == messages
+    assert await second.tool_output("s", tool_output_ref(r.head_hash)) == "the body"
+    assert await second.state("s", r.head_hash, "plan") == {"step": 2}
+    assert await second.checkpoint("s", r.head_hash) == {"summary": "so far"}
+    assert await second.skill_refs("s") == [SkillRef("titration", "rev-1", r.head_hash)]
+    assert await second.internal_steps("s", r.head_hash) == [call("p1"), result("p1", "proxy tool output")]
+    assert await second.next_turn("s") == 2
+    again = await second.reconcile("s", "main", messages)
+    assert (again.created, again.new_messages) == (False, [])
+
+
+async def test_migrations_are_idempotent_and_safe_to_run_at_once(backend: Any) -> None:
+    # Two stores opening a fresh location together, as two replicas starting at the same moment do.
+    a, b = backend.make(), backend.make()
+    backend.opened += [a, b]
+    await asyncio.gather(a.open(), b.open())
+    versions = await backend.versions()
+    assert versions == [1]
+
+    await a.reconcile("s", "main", conversation(1))
+    await a.open()  # opening an open store is a no-op
+    c = await backend.open()
+    assert await backend.versions() == versions
+    assert await c.session("s") is not None
+
+
+# --- side records ---------------------------------------------------------------------------------
+
+
+async def test_state_channels_round_trip_per_prefix(store: SessionStore) -> None:
+    r = await store.reconcile("s", "main", conversation(1))
+    h = r.head_hash
+    await store.reconcile("t", "main", conversation(1))
+
+    await store.put_state("s", h, "plan", {"steps": ["a", "b"], "done": 1})
+    await store.put_state("s", h, "notes", ["x", 2, None, "nul \x00 and a lone \ud800 survive"])
+    await store.put_state("s", h, "plan", {"steps": ["a", "b"], "done": 2})
+
+    assert await store.state("s", h, "plan") == {"steps": ["a", "b"], "done": 2}
+    assert await store.state("s", h, "notes") == ["x", 2, None, "nul \x00 and a lone \ud800 survive"]
+    assert await store.state("s", h, "missing") is None
+    assert await store.state("s", "0" * 64, "plan") is None
+    assert await store.state("t", h, "plan") is None
+    with pytest.raises(UnknownSession):
+        await store.put_state("never-seen", h, "plan", 1)
+
+
+async def test_checkpoints_round_trip_by_covered_hash(store: SessionStore) -> None:
+    messages = conversation(2)
+    r = await store.reconcile("s", "main", messages)
+    hashes = chain_hashes(messages)
+
+    await store.put_checkpoint("s", hashes[2], {"summary": "first", "sections": {"goal": "g"}})
+    await store.put_checkpoint("s", hashes[4], {"summary": "second"})
+    await store.put_checkpoint("s", hashes[2], {"summary": "first, revised"})
+
+    assert await store.checkpoint("s", hashes[2]) == {"summary": "first, revised"}
+    assert await store.checkpoint("s", r.head_hash) == {"summary": "second"}
+    assert await store.checkpoint("s", hashes[1]) is None
+    assert await store.checkpoints("s") == {hashes[2]: {"summary": "first, revised"}, hashes[4]: {"summary": "second"}}
+    assert list(await store.checkpoints("s")) == [hashes[2], hashes[4]]
+    assert await store.checkpoints("other") == {}
+    with pytest.raises(UnknownSession):
+        await store.put_checkpoint("never-seen", hashes[2], {})
+
+
+async def test_skill_refs_are_idempotent_and_ordered(store: SessionStore) -> None:
+    r = await store.reconcile("s", "main", conversation(1))
+    first = SkillRef("pipetting", "r1", r.head_hash)
+    second = SkillRef("pipetting", "r2", r.head_hash)
+    third = SkillRef("centrifuge", "r1", r.head_hash)
+
+    for ref in (first, second, first, third, second):
+        await store.put_skill_ref("s", ref)
+
+    assert await store.skill_refs("s") == [first, second, third]
+    assert await store.skill_refs("other") == []
+    with pytest.raises(UnknownSession):
+        await store.put_skill_ref("never-seen", first)
+
+
+async def test_internal_steps_append_in_order_per_anchor(store: SessionStore) -> None:
+    messages = conversation(2)
+    await store.reconcile("s", "main", messages)
+    hashes = chain_hashes(messages)
+    round_one = [call("p1"), result("p1", "lines 1-10")]
+    round_two = [call("p2"), result("p2", "lines 11-20")]
+
+    await store.put_internal_steps("s", hashes[3], round_one)
+    await store.put_internal_steps("s", hashes[3], round_two)
+
+    assert await store.internal_steps("s", hashes[3]) == round_one + round_two
+    assert await store.internal_steps("s", hashes[4]) == []
+    assert await store.internal_steps("other", hashes[3]) == []
+    with pytest.raises(UnknownSession):
+        await store.put_internal_steps("never-seen", hashes[3], round_one)
