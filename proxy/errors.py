@@ -85,20 +85,30 @@ class SessionConflict(ProxyError):
 class ContextOverflow(ProxyError):
     """The provider rejected the request as larger than the model's context window.
 
-    ``limit`` is the window the provider stated in its message, when it stated one.
+    ``limit`` is the window the provider stated in its message, when it stated one. ``counts_output``
+    says the provider counted the requested ``max_tokens`` against the window (lowering it may suffice).
     """
 
     status = 400
     type = "invalid_request_error"
     code = "context_length_exceeded"
 
-    def __init__(self, message: str, *, limit: int | None = None, provider_message: str = "", **kw: Any) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        limit: int | None = None,
+        provider_message: str = "",
+        counts_output: bool = False,
+        **kw: Any,
+    ) -> None:
         # LangChain recognizes an overflow only when the message text names the code.
         if "context_length_exceeded" not in message:
             message = f"context_length_exceeded: {message}"
         super().__init__(message, **kw)
         self.limit = limit
         self.provider_message = provider_message
+        self.counts_output = counts_output
 
 
 class ProviderError(ProxyError):

@@ -85,6 +85,7 @@ _OVERFLOW_TEXT: tuple[_Rule, ...] = (
     _rule("llamacpp_context_size", rf"exceeds the available context size \({_N} tokens\)", 1),
     _rule("lmstudio_context_length", rf"does not fit in context length.*?supports {_N} tokens", 1),
     _rule("lmstudio_context_of_only", rf"context length of only {_N} tokens", 1),
+    _rule("context_length_only_supports", rf"context length only supports {_N} tokens", 1),
     _rule("cohere_total_tokens", rf"total number of tokens \(prompt and prediction\) cannot exceed {_N}", 1, True),
     _rule("copilot_prompt_token_count", rf"prompt token count of {_N} exceeds the limit of {_N}", 2),
     _rule("mantle_prompt_tokens", rf"prompt tokens \({_N}\) exceed model maximum \({_N}\)", 2),
