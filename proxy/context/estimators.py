@@ -23,9 +23,10 @@ MESSAGE_OVERHEAD_TOKENS = 4
 TOOL_OVERHEAD_TOKENS = 8
 
 # Pieces roughly as tiktoken's pre-tokenizer cuts text: a word with its leading space, a digit run,
-# a punctuation run with its leading space, a whitespace run, a run of non-ASCII characters. Each
+# a punctuation run with its leading space, a run of non-ASCII characters with its leading space, a
+# whitespace run (leaving its last space to the next piece, as tiktoken does). Each
 # piece is at least one token and at most one token per UTF-8 byte; the costs below sit in between.
-_PIECE = re.compile(r" ?[A-Za-z]+|[0-9]+| ?[!-/:-@\[-`{-~]+|\s+|[^\x00-\x7f]+")
+_PIECE = re.compile(r" ?[A-Za-z]+|[0-9]+| ?[!-/:-@\[-`{-~]+| ?[^\x00-\x7f]+|\s+(?!\S)|\s+")
 _WORDLIKE = re.compile(r" ?(?:[a-z]+|[A-Z][a-z]+)")
 _VOWEL = re.compile(r"[aeiouy]")
 _CONSONANT_CLUSTER = re.compile(r"[^aeiouy ]{5}", re.IGNORECASE)
@@ -35,7 +36,7 @@ def _letters_cost(piece: str) -> float:
     n = len(piece.lstrip(" "))
     if _WORDLIKE.fullmatch(piece) and _VOWEL.search(piece) and not _CONSONANT_CLUSTER.search(piece):
         # Natural-language words: about one token per 4 letters, at least one per word.
-        return 1.0 + (n - 1) / 6
+        return 1.0 + (n - 1) / 4
     # Acronyms, identifiers in odd case, base64 and hash fragments: close to one token per letter pair
     # or worse, since the vocabulary rarely has them.
     return 0.75 * n + 0.5
@@ -45,6 +46,7 @@ def _non_ascii_cost(piece: str) -> int:
     table = cost_table()
     # Characters outside the table (emoji, accented Latin, Cyrillic...) cost their UTF-8 length: every
     # byte is a token in both encodings, so that can never be an under-count.
+    # A leading space rarely merges with a CJK character: count it as a token of its own.
     return sum(table.get(ch) or len(ch.encode("utf-8")) for ch in piece)
 
 

@@ -1,0 +1,127 @@
+"""Tool-body projection: an old stored tool body becomes a small head/tail preview naming its reference.
+
+The preview tells the model how big the output was, shows its first and last lines (or, for one
+over-wide line such as compressed JSON, its first and last characters), says exactly which part was
+left out in the units ``read_tool_output`` takes, and names the reference as plain ``ref=<REF>``.
+
+A preview is a pure function of the body, the reference and the policy: the same input gives the same
+bytes, so a history compacted the same way on the next turn keeps the provider's prompt cache hitting.
+A body without a retrievable reference is never previewed (the caller keeps it for the summarizer),
+and a body is never replaced by a preview that is not shorter than it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.canonical import content_text
+
+REF_PATTERN = re.compile(r"[A-Za-z0-9_.:-]+")
+# How a reference appears in any text (previews, checkpoints). Sentence punctuation right after a ref
+# is not part of it, hence the trimming in ``refs_in``.
+REF_MENTION = re.compile(r"\bref=([A-Za-z0-9_.:-]+)")
+PREVIEW_PREFIX = "[tool output compacted: "
+ELLIPSIS = "…"
+
+
+@dataclass(frozen=True)
+class PreviewPolicy:
+    """How much of a body a preview keeps: whole lines at the head and tail, each side capped in chars."""
+
+    head_lines: int = 8
+    tail_lines: int = 8
+    side_chars: int = 600  # per side; also what one over-wide line shows of its start and of its end
+    line_chars: int = 240  # a kept line longer than this is cut with an ellipsis
+
+
+def is_valid_ref(ref: str) -> bool:
+    """True if ``ref`` has the reference syntax ``[A-Za-z0-9_.:-]+``."""
+    return bool(REF_PATTERN.fullmatch(ref))
+
+
+def is_preview(text: str) -> bool:
+    """True if ``text`` is a preview made by :func:`render_preview`."""
+    return text.startswith(PREVIEW_PREFIX)
+
+
+def refs_in(text: str) -> list[str]:
+    """The references mentioned as ``ref=<REF>`` in ``text``, in order, without duplicates."""
+    seen: dict[str, None] = {}
+    for match in REF_MENTION.finditer(text):
+        ref = match.group(1).rstrip(".:")
+        if ref:
+            seen.setdefault(ref, None)
+    return list(seen)
+
+
+def _clip(line: str, limit: int) -> str:
+    return line if len(line) <= limit else line[: max(1, limit - 1)] + ELLIPSIS
+
+
+def _side(lines: list[str], policy: PreviewPolicy, *, from_end: bool) -> list[str]:
+    """Up to ``head_lines``/``tail_lines`` clipped lines whose total stays within ``side_chars``."""
+    count = policy.tail_lines if from_end else policy.head_lines
+    picked: list[str] = []
+    used = 0
+    for line in reversed(lines) if from_end else lines:
+        if len(picked) >= count:
+            break
+        clipped = _clip(line, policy.line_chars)
+        if picked and used + len(clipped) > policy.side_chars:
+            break
+        picked.append(clipped)
+        used += len(clipped) + 1
+    return list(reversed(picked)) if from_end else picked
+
+
+def render_preview(body: str, ref: str, policy: PreviewPolicy | None = None) -> str | None:
+    """The preview text for ``body`` stored under ``ref``, or ``None`` if it would not be shorter.
+
+    Several lines: the first and last lines, with ``[lines a-b omitted]`` between (1-based, inclusive,
+    as ``start_line``/``end_line`` take them). One line: its first and last ``side_chars`` characters
+    with ``[chars a-b omitted]`` (0-based, end exclusive, as ``start_char``/``end_char`` take them).
+    """
+    if not is_valid_ref(ref):
+        raise ValueError(f"invalid tool-output reference {ref!r}")
+    policy = policy or PreviewPolicy()
+    lines = body.split("\n")
+    how = f"read the rest with read_tool_output(ref={ref}, query=... | start_line/end_line | start_char/end_char)"
+    if len(lines) == 1:
+        n = len(body)
+        side = policy.side_chars
+        if n <= 2 * side:
+            return None
+        header = f"{PREVIEW_PREFIX}{n:,} chars, 1 line; first/last characters below; {how}]"
+        middle = f"{ELLIPSIS} [chars {side}-{n - side} omitted] {ELLIPSIS}"
+        text = "\n".join((header, body[:side], middle, body[n - side :]))
+    else:
+        head = _side(lines, policy, from_end=False)
+        tail = _side(lines[len(head) :], policy, from_end=True)
+        first_omitted, last_omitted = len(head) + 1, len(lines) - len(tail)
+        header = f"{PREVIEW_PREFIX}{len(body):,} chars, {len(lines):,} lines; first/last lines below; {how}]"
+        if first_omitted > last_omitted:
+            middle = f"{ELLIPSIS} [long lines cut] {ELLIPSIS}"
+        else:
+            middle = f"{ELLIPSIS} [lines {first_omitted}-{last_omitted} omitted] {ELLIPSIS}"
+        text = "\n".join((header, *head, middle, *tail))
+    return text if len(text) < len(body) else None
+
+
+def preview_message(message: Mapping[str, Any], ref: str, policy: PreviewPolicy | None = None) -> dict[str, Any] | None:
+    """A copy of the tool ``message`` with its body replaced by the preview, or ``None`` to leave it.
+
+    Everything but ``content`` (role, ``tool_call_id``, name) is kept, so the call/result structure
+    stays exactly as it was. A body that already is a preview is left alone.
+    """
+    body = content_text(message.get("content"))
+    if is_preview(body):
+        return None
+    text = render_preview(body, ref, policy)
+    if text is None:
+        return None
+    out = dict(message)
+    out["content"] = text
+    return out

@@ -1,0 +1,142 @@
+"""The registry: composed from factories, filtered by scope, unique IDs, frozen; entry-point discovery."""
+
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from proxy.context.registry import (
+    ENTRY_POINT_GROUP,
+    ContextContributorRegistry,
+    FactorySource,
+    RegistryError,
+    discover_factories,
+)
+from proxy.context.types import ContributionRequest, ContributorOutput, Scope
+
+
+@dataclass
+class Contributor:
+    id: str
+    scopes: frozenset[Scope] = frozenset({"main", "subagent", "reviewer"})
+    protected: bool = False
+
+    async def contribute(self, request: ContributionRequest) -> ContributorOutput:
+        return ContributorOutput()
+
+
+@dataclass
+class Factory:
+    id: str
+    contributor_id: str = ""
+    scopes: frozenset[Scope] = frozenset({"main", "subagent", "reviewer"})
+    created: list[Scope] = field(default_factory=list)
+
+    def create(self, scope: Scope) -> Contributor | None:
+        self.created.append(scope)
+        if scope == "reviewer" and self.id == "main-only":
+            return None
+        return Contributor(self.contributor_id or self.id, self.scopes)
+
+
+def test_composes_in_order_and_filters_by_scope() -> None:
+    factories = [Factory("identity"), Factory("plan", scopes=frozenset({"main"})), Factory("main-only")]
+    reviewer = ContextContributorRegistry("reviewer", factories)
+    assert [c.id for c in reviewer] == ["identity"]
+    main = ContextContributorRegistry("main", factories)
+    assert [c.id for c in main] == ["identity", "plan", "main-only"]
+    assert len(main) == 3 and main.scope == "main"
+
+
+def test_duplicate_factory_id_names_both_sources() -> None:
+    factories = [FactorySource(Factory("plan"), "builtin plan"), FactorySource(Factory("plan"), "package acme-plan")]
+    with pytest.raises(RegistryError, match=r"duplicate factory id 'plan'.*builtin plan.*package acme-plan"):
+        ContextContributorRegistry("main", factories)
+
+
+def test_duplicate_contributor_id_names_both_sources() -> None:
+    factories = [Factory("a", contributor_id="same"), Factory("b", contributor_id="same")]
+    with pytest.raises(RegistryError, match=r"duplicate contributor id 'same'.*factory 'a'.*factory 'b'"):
+        ContextContributorRegistry("main", factories)
+
+
+def test_malformed_ids_and_scope_are_rejected() -> None:
+    with pytest.raises(RegistryError, match="factory id"):
+        ContextContributorRegistry("main", [Factory("has space")])
+    with pytest.raises(RegistryError, match="unknown scope"):
+        ContextContributorRegistry("admin", [])  # type: ignore[arg-type]
+
+
+def test_frozen_after_composition() -> None:
+    registry = ContextContributorRegistry("main", [Factory("identity")])
+    with pytest.raises(RegistryError, match="frozen"):
+        registry._contributors = ()
+    with pytest.raises(RegistryError, match="frozen"):
+        registry.extra = 1  # type: ignore[attr-defined]
+    with pytest.raises(RegistryError, match="frozen"):
+        del registry._contributors
+    assert isinstance(registry.contributors, tuple)
+    assert [c.id for c in registry] == ["identity"]
+
+
+def install_fake_distribution(root: Path, dist: str, entries: dict[str, str], module: str, code: str) -> None:
+    (root / f"{module}.py").write_text(textwrap.dedent(code))
+    info = root / f"{dist}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+    lines = "\n".join(f"{name} = {target}" for name, target in entries.items())
+    (info / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\n{lines}\n")
+
+
+FAKE_MODULE = """
+from dataclasses import dataclass
+
+@dataclass
+class C:
+    id: str
+    scopes: frozenset = frozenset({"main"})
+    protected: bool = False
+
+    async def contribute(self, request):
+        return {"attachments": [{"id": self.id + ".data", "source": "acme", "trust": "untrusted_data", "content": "x"}]}
+
+class Factory:
+    def __init__(self, name="acme"):
+        self.id = name
+
+    def create(self, scope):
+        return C(self.id)
+
+instance = Factory("acme-instance")
+"""
+
+
+def test_discovers_entry_points_with_allow_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    install_fake_distribution(
+        tmp_path,
+        "acme_context",
+        {"acme": "acme_ctx:Factory", "acme-instance": "acme_ctx:instance"},
+        "acme_ctx",
+        FAKE_MODULE,
+    )
+    install_fake_distribution(tmp_path, "other_pkg", {"other": "other_ctx:Factory"}, "other_ctx", FAKE_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    everything = discover_factories(None)
+    assert [s.factory.id for s in everything] == ["acme", "acme-instance", "acme"]
+    by_dist = discover_factories({"acme_context"})
+    assert [s.factory.id for s in by_dist] == ["acme", "acme-instance"]
+    assert "acme_context" in by_dist[0].source
+    by_name = discover_factories({"acme-instance"})
+    assert [s.factory.id for s in by_name] == ["acme-instance"]
+    assert discover_factories(set()) == []
+    # Two packages registering the same factory id: the registry refuses and names both.
+    with pytest.raises(RegistryError, match=r"duplicate factory id 'acme'.*'acme'.*'other'"):
+        ContextContributorRegistry("main", everything)
+
+
+def test_entry_point_that_is_not_a_factory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    install_fake_distribution(tmp_path, "bad_pkg", {"bad": "bad_ctx:thing"}, "bad_ctx", "def thing():\n    return 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(RegistryError, match="not a ContextContributorFactory"):
+        discover_factories({"bad"})
