@@ -7,6 +7,7 @@ unreachable database fails the run: CI must never pass by silently testing one b
 
 from __future__ import annotations
 
+import getpass
 import os
 import sqlite3
 import uuid
@@ -42,21 +43,29 @@ class Backend:
         return store
 
 
-def pg_dsn() -> str:
-    """The test database's DSN."""
-    return os.environ.get("CONTEXT_PROXY_TEST_PG", DEFAULT_PG_DSN)
+def pg_candidates() -> list[str]:
+    """DSNs to try: the one configured, else the default as ``postgres`` and as the current user."""
+    configured = os.environ.get("CONTEXT_PROXY_TEST_PG")
+    if configured:
+        return [configured]
+    return [DEFAULT_PG_DSN, DEFAULT_PG_DSN.replace("postgres@", f"{getpass.getuser()}@", 1)]
 
 
-async def require_postgres(dsn: str) -> None:
-    """Skip (or, under CI=true, fail) when the test PostgreSQL server cannot be reached."""
-    try:
-        conn = await asyncpg.connect(dsn, timeout=5)
-    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-        message = f"PostgreSQL is not reachable at {dsn} ({type(exc).__name__}: {exc})"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{message}; CI=true requires the PostgreSQL store tests to run")
-        pytest.skip(f"{message}; set CONTEXT_PROXY_TEST_PG to run the PostgreSQL store tests")
-    await conn.close()
+async def reachable_postgres() -> str:
+    """The first DSN that connects; skip (or, under CI=true, fail) when none does."""
+    failures = []
+    for dsn in dict.fromkeys(pg_candidates()):
+        try:
+            conn = await asyncpg.connect(dsn, timeout=5)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            failures.append(f"{dsn}: {type(exc).__name__}: {exc}")
+            continue
+        await conn.close()
+        return dsn
+    message = "PostgreSQL is not reachable (" + "; ".join(failures) + ")"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{message}; CI=true requires the PostgreSQL store tests to run")
+    pytest.skip(f"{message}; set CONTEXT_PROXY_TEST_PG to run the PostgreSQL store tests")
 
 
 def _sqlite_backend(path: Path) -> Backend:
@@ -90,10 +99,9 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     """A fresh storage location of each backend; stores opened on it are closed, the schema dropped."""
     if request.param == "sqlite":
         chosen = _sqlite_backend(tmp_path / "sessions.sqlite3")
-        schema = None
+        schema = dsn = None
     else:
-        dsn = pg_dsn()
-        await require_postgres(dsn)
+        dsn = await reachable_postgres()
         schema = f"test_store_{uuid.uuid4().hex[:16]}"
         chosen = _postgres_backend(dsn, schema)
     try:
@@ -101,8 +109,8 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     finally:
         for store in chosen.opened:
             await store.close()
-        if schema is not None:
-            conn = await asyncpg.connect(pg_dsn())
+        if schema is not None and dsn is not None:
+            conn = await asyncpg.connect(dsn)
             try:
                 await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
             finally:
