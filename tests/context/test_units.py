@@ -1,0 +1,53 @@
+"""Splitting history into atomic units."""
+
+from proxy.context.units import Unit, anchor_unit, call_ids, latest_step_start, split_units
+
+CALL = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}, {"id": "b"}],
+}
+
+
+def test_call_and_its_results_are_one_unit_others_single() -> None:
+    history = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "u"},
+        CALL,
+        {"role": "tool", "tool_call_id": "b", "content": "B"},
+        {"role": "tool", "tool_call_id": "a", "content": "A"},
+        {"role": "tool", "tool_call_id": "zz", "content": "stray"},
+        {"role": "assistant", "content": "done"},
+    ]
+    units = split_units(history)
+    assert units == [
+        Unit(0, 1, "pinned"),
+        Unit(1, 2, "message"),
+        Unit(2, 5, "tool_step"),
+        Unit(5, 6, "orphan_result"),
+        Unit(6, 7, "message"),
+    ]
+    assert anchor_unit(history, units) == 1
+    assert latest_step_start(history, units) == 4
+
+
+def test_missing_results_make_a_step_unfinished() -> None:
+    history = [{"role": "user", "content": "u"}, CALL, {"role": "tool", "tool_call_id": "a", "content": "A"}]
+    (_, step) = split_units(history)
+    assert step.unfinished and step.missing == ("b",) and len(step) == 2
+
+
+def test_legacy_function_call() -> None:
+    history = [
+        {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}},
+        {"role": "function", "name": "f", "content": "r"},
+    ]
+    assert call_ids(history[0]) == ["function_call"]
+    assert split_units(history) == [Unit(0, 2, "tool_step")]
+
+
+def test_no_assistant_latest_is_last_unit_and_no_user_no_anchor() -> None:
+    history = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
+    units = split_units(history)
+    assert latest_step_start(history, units) == 1
+    assert anchor_unit([{"role": "assistant", "content": "x"}], split_units([{"role": "assistant"}])) is None
