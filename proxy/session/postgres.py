@@ -1,27 +1,23 @@
 """The scale-out session store: PostgreSQL through asyncpg, shared by several proxy replicas.
 
-Queries use a pool. A turn lock is a session-level advisory lock keyed by (schema, context id), held
-on a connection from a second, separate pool for the whole turn: were it taken from the query pool,
-N concurrent turns could hold every connection and then wait forever for one to run their queries.
-Inside one process an asyncio lock queues turns of the same session first, so they wait in memory
-rather than each occupying a lock connection.
+Queries use a pool; every write is one transaction. Turn locks are advisory locks held on a second
+pool's connections (see ``postgres_lock.py``). Tables live in one schema, named on the connections'
+search_path, so several deployments (or test runs) can share a database.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, contextmanager
 from typing import Any, TypeVar
 
 import asyncpg
 
 from proxy.session import reconcile as rc
-from proxy.session.locks import SessionLocks
-from proxy.session.postgres_schema import check_schema_name, lock_key, migrate
+from proxy.session.postgres_lock import AdvisoryTurnLocks
+from proxy.session.postgres_schema import check_schema_name, migrate
 from proxy.session.store import (
     Reconciliation,
-    SessionBusy,
     SessionInfo,
     SkillRef,
     StoredMessage,
@@ -63,20 +59,6 @@ async def _require_session(conn: Any, context_id: str) -> None:
         raise UnknownSession(context_id)
 
 
-async def _unlock(lock_pool: Any, conn: Any, key: int) -> None:
-    try:
-        await conn.execute("SELECT pg_advisory_unlock($1)", key)
-    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
-        # The turn succeeded or raised its own error; a broken lock connection must not replace
-        # that. Terminating it ends the server session, which releases the lock.
-        conn.terminate()
-    except BaseException:
-        conn.terminate()
-        raise
-    finally:
-        await lock_pool.release(conn)
-
-
 class PostgresSessionStore:
     """``SessionStore`` on PostgreSQL; several processes may share one database schema."""
 
@@ -93,10 +75,8 @@ class PostgresSessionStore:
         self.lock_timeout_seconds = lock_timeout_seconds
         self.schema = check_schema_name(schema)
         self.pool_size = pool_size
-        self.lock_connections = lock_connections  # turns this process can run at once
-        self._locks = SessionLocks()
+        self._turn_locks = AdvisoryTurnLocks(self.schema, lock_timeout_seconds, lock_connections)
         self._pool: Any = None
-        self._lock_pool: Any = None
 
     async def open(self) -> None:
         """Create the pools and apply pending migrations under an advisory lock."""
@@ -108,21 +88,19 @@ class PostgresSessionStore:
             try:
                 async with pool.acquire() as conn:
                     await migrate(conn, self.schema)
-                lock_pool = await asyncpg.create_pool(
-                    self.dsn, min_size=0, max_size=self.lock_connections, server_settings=settings
-                )
+                await self._turn_locks.open(self.dsn, settings)
             except BaseException:
                 await pool.close()
                 raise
-        self._pool, self._lock_pool = pool, lock_pool
+        self._pool = pool
 
     async def close(self) -> None:
         """Close both pools; the store can be opened again."""
-        pools, self._pool, self._lock_pool = (self._lock_pool, self._pool), None, None
+        pool, self._pool = self._pool, None
         with _translated():
-            for pool in pools:
-                if pool is not None:
-                    await pool.close()
+            await self._turn_locks.close()
+            if pool is not None:
+                await pool.close()
 
     def _query_pool(self) -> Any:
         if self._pool is None:
@@ -141,55 +119,7 @@ class PostgresSessionStore:
 
     def turn_lock(self, context_id: str) -> AbstractAsyncContextManager[None]:
         """Serialize the turns of one session across every replica; ``SessionBusy`` after the wait."""
-        return self._hold_turn(context_id)
-
-    @asynccontextmanager
-    async def _hold_turn(self, context_id: str) -> AsyncIterator[None]:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.lock_timeout_seconds
-        async with self._locks.hold(context_id, self.lock_timeout_seconds):
-            # Kept locally: close() may drop the attribute while a turn still holds a connection.
-            lock_pool = self._lock_pool
-            if lock_pool is None:
-                raise StoreError("the session store is not open")
-            key = lock_key("context-proxy-session", self.schema, context_id)
-            try:
-                conn = await lock_pool.acquire(timeout=max(deadline - loop.time(), 0.001))
-            except TimeoutError:
-                # Every lock connection of this process is in use by other turns.
-                raise SessionBusy(context_id, self.lock_timeout_seconds) from None
-            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
-                raise StoreError(f"postgres session store: {exc}") from exc
-            try:
-                await self._advisory_lock(conn, key, context_id, deadline - loop.time())
-            except SessionBusy:
-                await lock_pool.release(conn)
-                raise
-            except BaseException:
-                # A failure or cancellation mid-query leaves the lock's state in doubt; dropping the
-                # connection makes the server release every lock it held.
-                conn.terminate()
-                await lock_pool.release(conn)
-                raise
-            try:
-                yield
-            finally:
-                await _unlock(lock_pool, conn, key)
-
-    async def _advisory_lock(self, conn: Any, key: int, context_id: str, remaining: float) -> None:
-        with _translated():
-            if remaining <= 0.001:
-                acquired = await conn.fetchval("SELECT pg_try_advisory_lock($1)", key)
-            else:
-                # lock_timeout bounds the wait server-side and queues us fairly, unlike polling.
-                await conn.execute("SELECT set_config('lock_timeout', $1, false)", f"{int(remaining * 1000)}ms")
-                try:
-                    await conn.execute("SELECT pg_advisory_lock($1)", key)
-                    acquired = True
-                except asyncpg.LockNotAvailableError:
-                    acquired = False
-        if not acquired:
-            raise SessionBusy(context_id, self.lock_timeout_seconds)
+        return self._turn_locks.hold(context_id)
 
     async def reconcile(self, context_id: str, scope: str, messages: Sequence[Mapping[str, Any]]) -> Reconciliation:
         """Store the request's new suffix and tool bodies in one transaction; say where it continues."""

@@ -1,0 +1,111 @@
+"""Turn locks shared by every replica: a PostgreSQL advisory lock per session, held for the turn.
+
+The lock is session-level (not transaction-level) because a turn spans many short transactions and a
+provider call. It lives on a connection from its own pool: were it taken from the query pool, N
+concurrent turns could hold every connection and then wait forever for one to run their queries.
+Inside one process an asyncio lock queues turns of the same session first, so they wait in memory
+rather than each occupying a lock connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+import asyncpg
+
+from proxy.session.locks import SessionLocks
+from proxy.session.postgres_schema import lock_key
+from proxy.session.store import SessionBusy, StoreError
+
+_DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+
+
+class AdvisoryTurnLocks:
+    """Per-session mutual exclusion across processes, with a bounded wait."""
+
+    def __init__(self, schema: str, timeout_seconds: float, connections: int) -> None:
+        self.schema = schema
+        self.timeout_seconds = timeout_seconds
+        self.connections = connections  # turns this process can hold at once
+        self._local = SessionLocks()
+        self._pool: Any = None
+
+    async def open(self, dsn: str, server_settings: dict[str, str]) -> None:
+        """Create the lock connections' pool (connections are made on demand)."""
+        self._pool = await asyncpg.create_pool(
+            dsn, min_size=0, max_size=self.connections, server_settings=server_settings
+        )
+
+    async def close(self) -> None:
+        """Close the pool; it waits for turns still holding a lock to release it."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    def hold(self, context_id: str) -> AbstractAsyncContextManager[None]:
+        """Hold the session's lock for a turn; ``SessionBusy`` when it is not had within the wait."""
+        return self._hold(context_id)
+
+    @asynccontextmanager
+    async def _hold(self, context_id: str) -> AsyncIterator[None]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_seconds
+        async with self._local.hold(context_id, self.timeout_seconds):
+            # Kept locally: close() may drop the attribute while a turn still holds a connection.
+            pool = self._pool
+            if pool is None:
+                raise StoreError("the session store is not open")
+            key = lock_key("context-proxy-session", self.schema, context_id)
+            try:
+                conn = await pool.acquire(timeout=max(deadline - loop.time(), 0.001))
+            except TimeoutError:
+                # Every lock connection of this process is in use by other turns.
+                raise SessionBusy(context_id, self.timeout_seconds) from None
+            except _DRIVER_ERRORS as exc:
+                raise StoreError(f"postgres session store: {exc}") from exc
+            try:
+                acquired = await _advisory_lock(conn, key, deadline - loop.time())
+            except BaseException as exc:
+                # A failure or cancellation mid-query leaves the lock's state in doubt; dropping the
+                # connection makes the server release every lock it held.
+                conn.terminate()
+                await pool.release(conn)
+                if isinstance(exc, _DRIVER_ERRORS):
+                    raise StoreError(f"postgres session store: {exc}") from exc
+                raise
+            if not acquired:
+                await pool.release(conn)
+                raise SessionBusy(context_id, self.timeout_seconds)
+            try:
+                yield
+            finally:
+                await _unlock(pool, conn, key)
+
+
+async def _advisory_lock(conn: Any, key: int, remaining: float) -> bool:
+    if remaining <= 0.001:
+        return bool(await conn.fetchval("SELECT pg_try_advisory_lock($1)", key))
+    # lock_timeout bounds the wait on the server, which also queues waiters fairly (polling would not).
+    await conn.execute("SELECT set_config('lock_timeout', $1, false)", f"{int(remaining * 1000)}ms")
+    try:
+        await conn.execute("SELECT pg_advisory_lock($1)", key)
+    except asyncpg.LockNotAvailableError:
+        return False
+    return True
+
+
+async def _unlock(pool: Any, conn: Any, key: int) -> None:
+    try:
+        await conn.execute("SELECT pg_advisory_unlock($1)", key)
+    except _DRIVER_ERRORS:
+        # The turn succeeded or raised its own error; a broken lock connection must not replace
+        # that. Terminating it ends the server session, which releases the lock.
+        conn.terminate()
+    except BaseException:
+        conn.terminate()
+        raise
+    finally:
+        await pool.release(conn)
