@@ -49,6 +49,7 @@ _SECRET_PATTERNS = (
         r"\1***",
     ),
 )
+_MAX_MESSAGE = 2000
 _RETRY_AFTER = re.compile(r"^[A-Za-z0-9 ,:.\-]{1,64}$")  # seconds or an HTTP date; nothing else passes
 
 
@@ -94,7 +95,9 @@ def translate_provider_error(exc: BaseException, *, secrets: Iterable[str] = ())
         return ContextOverflow(redact(message, keys), limit=stated_limit(text), provider_message=redact(message, keys))
     mapped = _mapped_status(exc, facts)
     code = _provider_code(facts.bodies) or _DEFAULT_CODE.get(mapped)
-    if facts.unreachable and not facts.upstream_status:
+    if facts.midstream and not facts.upstream_status:
+        message = f"The provider's stream broke off: {message}"
+    elif facts.unreachable and not facts.upstream_status:
         code, message = "provider_unreachable", f"Could not reach the provider: {message}"
     elif mapped == 504 and not facts.upstream_status:
         message = f"The provider did not answer in time: {message}"
@@ -104,12 +107,13 @@ def translate_provider_error(exc: BaseException, *, secrets: Iterable[str] = ())
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` with API keys, bearer tokens, key query parameters and the given ``secrets`` masked."""
+    """``text`` with API keys, bearer tokens, key query parameters and the given ``secrets`` masked,
+    cut to a readable length (a gateway's HTML error page is not a message)."""
     for secret in secrets:
         text = text.replace(secret, "***")
     for pattern, replacement in _SECRET_PATTERNS:
         text = pattern.sub(replacement, text)
-    return text
+    return text if len(text) <= _MAX_MESSAGE else text[:_MAX_MESSAGE] + "…"  # masked first: no half keys
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:

@@ -278,7 +278,18 @@ def test_retry_after_ms_becomes_seconds(litellm: ModuleType) -> None:
     assert translate_provider_error(exc).headers == {"retry-after": "2"}
 
 
+def test_midstream_breaks_are_not_called_unreachable(litellm: ModuleType) -> None:
+    original = litellm.APIConnectionError("connection reset", llm_provider="x", model="m")
+    exc = litellm.exceptions.MidStreamFallbackError(
+        "stream broke", model="m", llm_provider="x", original_exception=original
+    )
+    error = translate_provider_error(exc)
+    assert (error.status, error.code) == (502, None)
+    assert error.message.startswith("The provider's stream broke off:")
+
+
 def test_redact() -> None:
+    assert redact("x" * 5000).endswith("…") and len(redact("x" * 5000)) == 2001
     assert redact("Authorization: Bearer abc.def") == "Authorization: Bearer ***"
     assert redact('{"api_key": "xyz123"}') == '{"api_key": "***"}'
     assert redact("task-manager ok") == "task-manager ok"
