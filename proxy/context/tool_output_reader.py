@@ -73,7 +73,7 @@ class ReaderLimits:
     hit_window: int = 160  # characters shown either side of a hit on an over-wide line
 
 
-def _int_arg(args: Mapping[str, Any], name: str) -> int | None | str:
+def _int_arg(args: Mapping[str, Any], name: str) -> int | str | None:
     """The integer argument ``name``, ``None`` when absent, or an error text."""
     value = args.get(name)
     if value is None:
@@ -102,7 +102,9 @@ def read_body(body: str, args: Mapping[str, Any], limits: ReaderLimits | None = 
         return f"error: query must be a string, got {query!r}"
     has_lines = ints["start_line"] is not None or ints["end_line"] is not None
     has_chars = ints["start_char"] is not None or ints["end_char"] is not None
-    chosen = [form for form, used in (("query", bool(query)), ("line range", has_lines), ("char range", has_chars)) if used]
+    chosen = [
+        form for form, used in (("query", bool(query)), ("line range", has_lines), ("char range", has_chars)) if used
+    ]
     if not chosen:
         return f"error: give exactly one of: {FORMS}. {_shape(body, limits)}"
     if len(chosen) > 1:
