@@ -10,6 +10,7 @@ rather than each occupying a lock connection.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
@@ -71,7 +72,7 @@ class AdvisoryTurnLocks:
             except BaseException as exc:
                 # A failure or cancellation mid-query leaves the lock's state in doubt; dropping the
                 # connection makes the server release every lock it held.
-                conn.terminate()
+                _terminate(conn)
                 await pool.release(conn)
                 if isinstance(exc, _DRIVER_ERRORS):
                     raise StoreError(f"postgres session store: {exc}") from exc
@@ -103,9 +104,16 @@ async def _unlock(pool: Any, conn: Any, key: int) -> None:
     except _DRIVER_ERRORS:
         # The turn succeeded or raised its own error; a broken lock connection must not replace
         # that. Terminating it ends the server session, which releases the lock.
-        conn.terminate()
+        _terminate(conn)
     except BaseException:
-        conn.terminate()
+        _terminate(conn)
         raise
     finally:
         await pool.release(conn)
+
+
+def _terminate(conn: Any) -> None:
+    # When the connection was lost, asyncpg has already detached it from the pool (and the server has
+    # already dropped its locks); the proxy then refuses every call, terminate() included.
+    with contextlib.suppress(asyncpg.InterfaceError):
+        conn.terminate()

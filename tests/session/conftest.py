@@ -12,6 +12,7 @@ import os
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,10 +95,9 @@ def _postgres_backend(dsn: str, schema: str) -> Backend:
     return Backend("postgres", make, versions)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
-    """A fresh storage location of each backend; stores opened on it are closed, the schema dropped."""
-    if request.param == "sqlite":
+@asynccontextmanager
+async def _location(kind: str, tmp_path: Path) -> AsyncIterator[Backend]:
+    if kind == "sqlite":
         chosen = _sqlite_backend(tmp_path / "sessions.sqlite3")
         schema = dsn = None
     else:
@@ -115,6 +115,20 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
                 await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
             finally:
                 await conn.close()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+    """A fresh storage location of each backend; stores opened on it are closed, the schema dropped."""
+    async with _location(request.param, tmp_path) as chosen:
+        yield chosen
+
+
+@pytest.fixture
+async def pg_backend(tmp_path: Path) -> AsyncIterator[Backend]:
+    """A fresh PostgreSQL schema, for what only the shared-database backend promises."""
+    async with _location("postgres", tmp_path) as chosen:
+        yield chosen
 
 
 @pytest.fixture
