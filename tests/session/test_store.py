@@ -313,6 +313,27 @@ async def test_different_sessions_reconcile_concurrently_without_mixing(store: S
         assert await stored_messages(store, f"s{n}", info.head_hash) == messages
 
 
+async def test_store_work_does_not_block_the_event_loop(store: SessionStore) -> None:
+    messages = [system()] + [user(f"message {i} " + "x" * 200) for i in range(1, 5000)]
+    ticks = 0
+    done = asyncio.Event()
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            await asyncio.sleep(0)
+            ticks += 1
+
+    ticking = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    await store.reconcile("big", "main", messages)
+    done.set()
+    await ticking
+
+    # Blocking I/O on the loop would let the ticker run at most once or twice while 5,000 rows go in.
+    assert ticks > 20
+
+
 async def test_concurrent_reconciles_of_one_new_session_store_each_message_once(store: SessionStore) -> None:
     messages = conversation(3)
     results = await asyncio.gather(*(store.reconcile("s", "main", messages) for _ in range(6)))
