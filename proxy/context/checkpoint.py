@@ -186,7 +186,10 @@ class Checkpoint:
 
     def message(self) -> dict[str, Any]:
         """The user message that stands for the covered prefix in the model input."""
-        return {"role": "user", "content": f'<checkpoint covers="{self.covered_messages} messages">\n{self.text}\n</checkpoint>'}
+        return {
+            "role": "user",
+            "content": f'<checkpoint covers="{self.covered_messages} messages">\n{self.text}\n</checkpoint>',
+        }
 
     def to_record(self) -> dict[str, Any]:
         """Plain data for the store (``put_checkpoint(context_id, covers_hash, record)``)."""
