@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from proxy.canonical import canonical_message, content_text, message_hash, stable_json
@@ -138,38 +138,61 @@ def _count_message(estimator: TokenEstimator, message: Mapping[str, Any], overhe
 
 
 class CachingEstimator:
-    """Wraps an estimator and caches ``count_message`` by :func:`~proxy.canonical.message_hash`.
+    """Wraps an estimator and caches its counts, so a turn only pays for what is new.
 
-    One instance lives as long as a session's estimates stay valid (e.g. per run), so a turn only pays
-    for the messages that are new. ``hits``/``misses`` make that observable.
+    Messages are cached by their canonical content: the same fields :func:`~proxy.canonical.message_hash`
+    hashes, used directly as a tuple key when the content is plain text (hashing a tuple of the
+    existing strings is far cheaper than serializing and SHA-256-ing each message twice a turn), and
+    the message hash otherwise. Equal keys always mean equal canonical messages, so a hit is never
+    wrong; cosmetic variants at worst miss. Texts (sections, the system prompt) and tool lists are
+    cached by their text. One instance should live as long as the session's estimates stay valid.
     """
 
-    def __init__(self, inner: TokenEstimator, *, max_entries: int = 200_000) -> None:
+    def __init__(self, inner: TokenEstimator, *, max_entries: int = 50_000) -> None:
         self.inner = inner
         self.max_entries = max_entries
         self.hits = 0
         self.misses = 0
-        self._cache: dict[str, int] = {}
+        self._cache: dict[Hashable, int] = {}
 
     def count_text(self, text: str) -> int:
-        """Delegates: text (the system prompt, sections) changes rarely and is cheap next to history."""
-        return self.inner.count_text(text)
+        """Cached by the text itself."""
+        return self._cached(("text", text), lambda: self.inner.count_text(text))
 
     def count_message(self, message: Mapping[str, Any]) -> int:
-        """Cached per message content hash."""
-        key = message_hash(message)
+        """Cached per canonical message content."""
+        return self._cached(_message_key(message), lambda: self.inner.count_message(message))
+
+    def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
+        """Cached by the tools' stable JSON."""
+        return self._cached(("tools", stable_json(list(tools))), lambda: self.inner.count_tools(tools))
+
+    def _cached(self, key: Hashable, compute: Callable[[], int]) -> int:
         cached = self._cache.get(key)
         if cached is not None:
             self.hits += 1
             return cached
         self.misses += 1
-        value = self.inner.count_message(message)
+        value = compute()
         if len(self._cache) >= self.max_entries:
             # Insertion-ordered dict: evicting the oldest entry keeps the cache bounded without an LRU.
             self._cache.pop(next(iter(self._cache)))
         self._cache[key] = value
         return value
 
-    def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
-        """Delegates to the wrapped estimator."""
-        return self.inner.count_tools(tools)
+
+def _message_key(message: Mapping[str, Any]) -> Hashable:
+    """A cache key that is equal only for messages with equal canonical form (see CachingEstimator)."""
+    content = message.get("content")
+    if message.get("function_call") is None and (content is None or isinstance(content, str)):
+        try:
+            calls = tuple(
+                (call["id"], call.get("type"), call["function"].get("name"), call["function"].get("arguments"))
+                for call in message.get("tool_calls") or ()
+            )
+            key = ("message", message.get("role"), content, message.get("name"), message.get("tool_call_id"), calls)
+            hash(key)  # raises TypeError for unhashable values (e.g. arguments sent as an object)
+            return key
+        except (KeyError, TypeError, AttributeError):
+            pass  # an unusual shape: the canonical hash handles it
+    return ("hash", message_hash(message))

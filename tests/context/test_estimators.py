@@ -235,3 +235,31 @@ def test_cache_keys_ignore_cosmetic_differences_and_stay_bounded() -> None:
     for text in "bcd":
         cache.count_message({"role": "user", "content": text})
     assert len(cache._cache) == 2
+
+
+variants = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant", "tool"])},
+    optional={
+        "content": st.one_of(st.none(), st.sampled_from(["", "x", "y"]), st.just([{"type": "text", "text": "x"}])),
+        "tool_call_id": st.sampled_from(["a", "b"]),
+        "name": st.sampled_from(["n", None]),
+        "refusal": st.none(),
+        "tool_calls": st.lists(
+            st.fixed_dictionaries(
+                {"id": st.sampled_from(["c1", "c2"]), "type": st.just("function")},
+                optional={"function": st.fixed_dictionaries({"name": st.just("f"), "arguments": st.just("{}")})},
+            ),
+            max_size=2,
+        ),
+    },
+)
+
+
+@settings(max_examples=50, deadline=None)
+@given(variants, variants)
+def test_cache_hit_only_for_equal_canonical_messages(a: dict, b: dict) -> None:  # type: ignore[type-arg]
+    from proxy.canonical import message_hash
+    from proxy.context.estimators import _message_key
+
+    if _message_key(a) == _message_key(b):
+        assert message_hash(a) == message_hash(b)

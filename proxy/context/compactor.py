@@ -1,0 +1,476 @@
+"""``HistoryCompactor``: shrinks a history under token pressure, deterministic trimming first.
+
+One pass, in this order:
+
+0. Re-apply what earlier turns decided, so their bytes (and the provider's prompt cache) stay stable:
+   the stored checkpoint covering the longest prefix of this history replaces that prefix (no
+   summarizer call), and tool bodies previewed before (``previewed_refs``) are previewed again.
+1. If the input is at the pressure threshold (or the pass is forced), old stored tool bodies become
+   head/tail previews, oldest first, until the input is under the target. The latest step keeps its
+   structure; one of its bodies is previewed only if it alone exceeds ``latest_body_percent`` of the
+   limit (the model just asked for it, but a body that size would starve everything else).
+2. If still above the target, the oldest finished units after the task anchor (and the previous
+   checkpoint) are summarized into a new checkpoint. The kept suffix is chosen by token cost, walking
+   back from the end; a user message the boundary falls into is split (see ``_split_user_message``).
+   A checkpoint that is invalid, not smaller than its source, or that does not shrink the history is
+   rejected and asked for again, up to ``max_summary_attempts``; if every attempt fails (or the
+   summarizer raises), the deterministic trimming of step 1 stands.
+
+The task anchor (first user message) and everything before it stay verbatim; the checkpoint message
+follows it. Units (an assistant tool-call message with its results) are never split, unfinished ones
+and the latest step are never summarized, so a protocol-valid history stays protocol-valid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from proxy.canonical import chain_hashes, content_text
+from proxy.context.checkpoint import Checkpoint, build_summary_request, validate_checkpoint
+from proxy.context.pressure import Pressure, PressureConfig, measure_pressure
+from proxy.context.previews import PreviewPolicy, is_preview, is_valid_ref, preview_message
+from proxy.context.types import TokenEstimator
+from proxy.context.units import RESULT_ROLES, Unit, anchor_unit, latest_step_start, split_units
+
+SPLIT_NOTE = "[the first {cut:,} characters of this message are summarized in the checkpoint above]\n"
+SPLIT_HEAD_NOTE = "(the first part of a long message; its rest stays verbatim after the checkpoint)\n"
+
+
+class HistoryRecord(Protocol):
+    """One history message as the caller knows it (the store's ``StoredMessage`` fits)."""
+
+    @property
+    def message(self) -> Mapping[str, Any]: ...
+
+    @property
+    def chain_hash(self) -> str: ...
+
+    @property
+    def tool_output_ref(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """A message with its chain hash and, for a stored tool body, its ``read_tool_output`` reference."""
+
+    message: Mapping[str, Any]
+    chain_hash: str
+    tool_output_ref: str | None = None
+
+
+def history_entries(messages: Sequence[Mapping[str, Any]], refs: Mapping[int, str] | None = None) -> list[HistoryEntry]:
+    """Entries for ``messages`` with their chain hashes; ``refs`` maps message index to stored ref."""
+    refs = refs or {}
+    return [
+        HistoryEntry(m, h, refs.get(i)) for i, (m, h) in enumerate(zip(messages, chain_hashes(messages), strict=True))
+    ]
+
+
+class Summarizer(Protocol):
+    """The model that writes checkpoints. May raise; the compactor then keeps deterministic trimming."""
+
+    async def summarize(self, messages: list[dict[str, Any]]) -> str:
+        """The model's text answer to ``messages``."""
+
+
+@dataclass(frozen=True)
+class CompactionConfig:
+    """Knobs of the compactor (percentages are of the effective input limit)."""
+
+    pressure: PressureConfig = field(default_factory=PressureConfig)
+    preview: PreviewPolicy = field(default_factory=PreviewPolicy)
+    max_summary_attempts: int = 2  # per round
+    max_summary_rounds: int = 3  # rounds of one pass, each over the next oldest slice
+    checkpoint_percent: int = 10  # room reserved for the checkpoint; the summarizer is told to fit it
+    source_percent: int = 50  # at most this much history goes into one summarization request
+    latest_body_percent: int = 25
+    min_split_tokens: int = 256  # a user message is split only if its kept tail gets at least this
+
+
+@dataclass
+class CompactionTrace:
+    """What one pass did, for the context trace (``to_trace`` gives the JSON form)."""
+
+    reason: str | None
+    limit: int
+    threshold_tokens: int
+    target_tokens: int
+    tokens_before: int
+    tokens_after: int = 0
+    reused_checkpoint: str | None = None
+    compacted_refs: list[str] = field(default_factory=list)
+    summary_source_tokens: int = 0
+    checkpoint_tokens: int = 0
+    attempts: int = 0
+    rejections: list[str] = field(default_factory=list)
+    summarized_messages: int = 0
+    split_chars: int = 0
+    unknown_refs: list[str] = field(default_factory=list)
+    checkpoint_issues: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def to_trace(self) -> dict[str, Any]:
+        """Plain JSON-ready data."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    """The compacted history and what the caller keeps for later turns.
+
+    ``checkpoint`` is the one in effect (reused or new); store it when ``new_checkpoint`` is true, keyed
+    by ``checkpoint.covers_hash``. ``previewed_refs`` are all bodies shown as previews: pass them back
+    as ``previewed_refs`` next turn so the same bodies stay previewed.
+    """
+
+    messages: tuple[dict[str, Any], ...]
+    checkpoint: Checkpoint | None
+    new_checkpoint: bool
+    previewed_refs: tuple[str, ...]
+    trace: CompactionTrace
+    checkpoint_index: int | None = None  # position of the checkpoint message in ``messages``
+
+    @property
+    def history_and_checkpoint(self) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        """The history without the checkpoint message, and that message (the window policy's arguments)."""
+        if self.checkpoint_index is None:
+            return list(self.messages), None
+        i = self.checkpoint_index
+        return list(self.messages[:i] + self.messages[i + 1 :]), self.messages[i]
+
+
+class _Working:
+    """The history being compacted: a verbatim head, the checkpoint, then visible entries from ``start``."""
+
+    def __init__(self, entries: Sequence[HistoryRecord], estimator: TokenEstimator) -> None:
+        self.entries = entries
+        self.estimator = estimator
+        self.messages = [e.message for e in entries]
+        self.units = split_units(self.messages)
+        anchor = anchor_unit(self.messages, self.units)
+        self.head_end = self.units[anchor].stop if anchor is not None else 0
+        self.latest = self.units[latest_step_start(self.messages, self.units)].start if self.units else 0
+        self.checkpoint: Checkpoint | None = None
+        self.start = self.head_end
+        self.visible: dict[int, dict[str, Any]] = {}  # entry index -> replacement (preview or split tail)
+        self.costs = [estimator.count_message(m) for m in self.messages]
+        self.checkpoint_cost = 0
+
+    def message(self, i: int) -> Mapping[str, Any]:
+        return self.visible.get(i, self.messages[i])
+
+    def replace(self, i: int, message: dict[str, Any]) -> None:
+        self.visible[i] = message
+        self.costs[i] = self.estimator.count_message(message)
+
+    def set_checkpoint(self, checkpoint: Checkpoint, covers: int) -> None:
+        self.checkpoint = checkpoint
+        self.checkpoint_cost = self.estimator.count_message(checkpoint.message())
+        if checkpoint.split_chars:
+            self.start = covers
+            text = content_text(self.messages[covers].get("content"))
+            self.replace(covers, _split_tail(self.messages[covers], text, checkpoint.split_chars))
+        else:
+            self.start = covers + 1
+
+    def total(self) -> int:
+        return sum(self.costs[: self.head_end]) + self.checkpoint_cost + sum(self.costs[self.start :])
+
+    def render(self) -> list[dict[str, Any]]:
+        out = [dict(m) for m in self.messages[: self.head_end]]
+        if self.checkpoint is not None:
+            out.append(self.checkpoint.message())
+        out.extend(dict(self.message(i)) for i in range(self.start, len(self.messages)))
+        return out
+
+    def previewed_refs(self) -> list[str]:
+        return [
+            ref
+            for i in range(self.start, len(self.entries))
+            if (ref := self.entries[i].tool_output_ref) and is_preview(content_text(self.message(i).get("content")))
+        ]
+
+
+def _split_tail(message: Mapping[str, Any], text: str, cut: int) -> dict[str, Any]:
+    out = dict(message)
+    out["content"] = SPLIT_NOTE.format(cut=cut) + text[cut:]
+    return out
+
+
+class HistoryCompactor:
+    """Compacts histories under token pressure; see the module docstring for the order of steps."""
+
+    def __init__(self, config: CompactionConfig | None = None) -> None:
+        self.config = config or CompactionConfig()
+
+    async def compact(
+        self,
+        history: Sequence[HistoryRecord],
+        *,
+        limit: int,
+        estimator: TokenEstimator,
+        summarizer: Summarizer | None = None,
+        fixed_tokens: int = 0,
+        checkpoints: Collection[Checkpoint] = (),
+        previewed_refs: Collection[str] = (),
+        known_refs: Collection[str] = (),
+        forced: bool = False,
+        stated_limit: int | None = None,
+        output_reserve: int = 0,
+    ) -> CompactionResult:
+        """One compaction pass over ``history`` (the full canonical history, oldest first).
+
+        ``fixed_tokens`` is what the system prompt, tool schemas and contributed data cost;
+        ``checkpoints`` are the session's stored ones (any that covers a prefix is reused);
+        ``known_refs`` adds references the checkpoint may cite beyond those of ``history``.
+        """
+        work = _Working(history, estimator)
+        before = fixed_tokens + sum(work.costs)
+        pressure = measure_pressure(
+            limit=limit,
+            fixed_tokens=fixed_tokens,
+            history_tokens=0,
+            config=self.config.pressure,
+            forced=forced,
+            stated_limit=stated_limit,
+            output_reserve=output_reserve,
+        )
+        trace = CompactionTrace(None, limit, pressure.threshold_tokens, pressure.target_tokens, before)
+        self._reapply(work, checkpoints, set(previewed_refs), trace)
+        pressure = pressure.with_history(work.total())
+        new_checkpoint = False
+        if pressure.needed:
+            trace.reason = pressure.reason
+            trace.compacted_refs = self._preview_old_bodies(work, pressure)
+            if summarizer is not None and fixed_tokens + work.total() > pressure.target_tokens:
+                known = {e.tool_output_ref for e in history if e.tool_output_ref} | set(known_refs)
+                new_checkpoint = await self._summarize(work, pressure, summarizer, known, trace)
+        trace.tokens_after = fixed_tokens + work.total()
+        return CompactionResult(
+            tuple(work.render()),
+            work.checkpoint,
+            new_checkpoint,
+            tuple(work.previewed_refs()),
+            trace,
+            work.head_end if work.checkpoint is not None else None,
+        )
+
+    def _reapply(
+        self, work: _Working, checkpoints: Collection[Checkpoint], previewed: set[str], trace: CompactionTrace
+    ) -> None:
+        """Step 0: the stored checkpoint of the longest covered prefix, and earlier previews."""
+        position = {e.chain_hash: i for i, e in enumerate(work.entries)}
+        best: tuple[int, Checkpoint] | None = None
+        for checkpoint in checkpoints:
+            i = position.get(checkpoint.covers_hash, -1)
+            if i >= work.head_end and (best is None or i > best[0]) and _reusable(work, checkpoint, i):
+                best = (i, checkpoint)
+        if best is not None:
+            work.set_checkpoint(best[1], best[0])
+            trace.reused_checkpoint = best[1].covers_hash
+        for i in range(work.start, len(work.entries)):
+            ref = work.entries[i].tool_output_ref
+            if ref in previewed and i not in work.visible:
+                self._try_preview(work, i)
+
+    def _try_preview(self, work: _Working, i: int) -> bool:
+        ref = work.entries[i].tool_output_ref
+        if not ref or not is_valid_ref(ref) or work.messages[i].get("role") not in RESULT_ROLES:
+            return False
+        preview = preview_message(work.message(i), ref, self.config.preview)
+        # Characters shorter is not always tokens cheaper; a preview must never grow the history.
+        if preview is None or work.estimator.count_message(preview) >= work.costs[i]:
+            return False
+        work.replace(i, preview)
+        return True
+
+    def _preview_old_bodies(self, work: _Working, pressure: Pressure) -> list[str]:
+        """Step 1: previews, oldest first, until under the target; then oversized latest-step bodies."""
+        done: list[str] = []
+        target = pressure.history_target
+        oversized = pressure.limit * self.config.latest_body_percent // 100
+        candidates = list(range(work.start, work.latest))
+        candidates += [i for i in range(max(work.start, work.latest), len(work.entries)) if work.costs[i] > oversized]
+        for i in candidates:
+            if work.total() <= target:
+                break
+            if i not in work.visible and self._try_preview(work, i):
+                done.append(str(work.entries[i].tool_output_ref))
+        return done
+
+    async def _summarize(
+        self, work: _Working, pressure: Pressure, summarizer: Summarizer, known: set[str], trace: CompactionTrace
+    ) -> bool:
+        """Step 2: rounds of summarization, each over the next oldest slice; True if one succeeded."""
+        config = self.config
+        target = pressure.history_target
+        reserve = pressure.limit * config.checkpoint_percent // 100
+        source_cap = max(1, pressure.limit * config.source_percent // 100)
+        succeeded = False
+        for _ in range(config.max_summary_rounds):
+            if work.total() <= target:
+                break
+            plan = _plan_round(work, target - reserve, source_cap, config.min_split_tokens)
+            if plan is None:
+                break
+            if not await self._summarize_round(work, plan, summarizer, known, reserve, trace):
+                break
+            succeeded = True
+            if not plan.capped:
+                break
+        return succeeded
+
+    async def _summarize_round(
+        self,
+        work: _Working,
+        plan: _Plan,
+        summarizer: Summarizer,
+        known: set[str],
+        reserve: int,
+        trace: CompactionTrace,
+    ) -> bool:
+        source = [(work.message(i), work.entries[i].tool_output_ref) for i in range(work.start, plan.stop)]
+        covers = plan.stop - 1
+        if plan.cut:
+            covers = plan.stop
+            text = content_text(work.messages[covers].get("content"))
+            offset = work.checkpoint.split_chars if work.checkpoint and work.start == covers else 0
+            head = dict(work.messages[covers])
+            head["content"] = SPLIT_HEAD_NOTE + text[offset : plan.cut]
+            source.append((head, None))
+        estimator = work.estimator
+        source_tokens = work.checkpoint_cost + sum(estimator.count_message(m) for m, _ in source)
+        request = build_summary_request(source, work.checkpoint, max_tokens=reserve)
+        # What accepting a checkpoint removes and adds, so a summary can never grow the history.
+        removed = work.checkpoint_cost + sum(work.costs[work.start : covers + 1])
+        tail_cost = 0
+        if plan.cut:
+            text = content_text(work.messages[covers].get("content"))
+            tail_cost = estimator.count_message(_split_tail(work.messages[covers], text, plan.cut))
+        trace.summary_source_tokens = source_tokens
+        for _ in range(self.config.max_summary_attempts):
+            trace.attempts += 1
+            try:
+                text = await summarizer.summarize(request)
+            # The summarizer is a model call behind a port: it may fail in any way, and a failed
+            # summary must leave the deterministic trimming in place, not fail the turn. The error is
+            # recorded in the trace, never swallowed silently.
+            except Exception as exc:
+                trace.errors.append(f"summarizer failed: {type(exc).__name__}: {exc}")
+                continue
+            report = validate_checkpoint(text, known)
+            if not report.valid:
+                trace.rejections.append("invalid structure: " + "; ".join(report.issues))
+                continue
+            checkpoint = Checkpoint(report.text, work.entries[covers].chain_hash, covers + 1 - work.head_end, plan.cut)
+            cost = estimator.count_message(checkpoint.message())
+            if cost >= source_tokens:
+                trace.rejections.append(
+                    f"checkpoint of {cost} tokens is not smaller than its source of {source_tokens}"
+                )
+                continue
+            if cost + tail_cost >= removed:
+                trace.rejections.append("checkpoint does not shrink the history")
+                continue
+            summarized = covers + 1 - work.start
+            work.set_checkpoint(checkpoint, covers)
+            trace.checkpoint_tokens = cost
+            trace.summarized_messages += summarized
+            trace.split_chars = plan.cut
+            trace.unknown_refs = list(report.unknown_refs)
+            trace.checkpoint_issues = list(report.issues)
+            return True
+        return False
+
+
+def _reusable(work: _Working, checkpoint: Checkpoint, i: int) -> bool:
+    """A stored checkpoint applies if its boundary is still a unit boundary before the latest step."""
+    if i >= work.latest:
+        return False
+    if checkpoint.split_chars:
+        message = work.messages[i]
+        text = message.get("content")
+        return message.get("role") == "user" and isinstance(text, str) and 0 < checkpoint.split_chars < len(text)
+    return any(u.start == i + 1 for u in work.units) or i + 1 == len(work.messages)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A summarization round: cover entries ``[work.start, stop)`` (+ the first ``cut`` chars of ``stop``)."""
+
+    stop: int
+    cut: int
+    capped: bool  # the source cap cut the slice short; another round may follow
+
+
+def _plan_round(work: _Working, suffix_budget: int, source_cap: int, min_split: int) -> _Plan | None:
+    """Choose the kept suffix by token cost, then the oldest slice before it within ``source_cap``."""
+    units = [u for u in work.units if u.start >= work.start]
+    barrier = max(work.start, min([work.latest] + [u.start for u in units if u.unfinished]))
+    remaining = suffix_budget - sum(work.costs[: work.head_end]) - sum(work.costs[barrier:])
+    boundary, cut = barrier, 0
+    for unit in reversed([u for u in units if u.stop <= barrier]):
+        cost = sum(work.costs[unit.start : unit.stop])
+        if cost <= remaining:
+            remaining -= cost
+            boundary = unit.start
+            continue
+        if remaining >= min_split:
+            cut = _split_user_message(work, unit, remaining)
+            if cut:
+                boundary = unit.start
+        break
+    # Take the oldest units up to the boundary, within the source cap (always at least one unit).
+    stop, used, capped = work.start, work.checkpoint_cost, False
+    for unit in units:
+        if unit.start >= boundary:
+            break
+        cost = sum(work.costs[unit.start : unit.stop])
+        if stop > work.start and used + cost > source_cap:
+            capped = True
+            break
+        used += cost
+        stop = unit.stop
+    if capped:
+        cut = 0
+    elif cut and used + work.costs[boundary] > source_cap and stop > work.start:
+        cut, capped = 0, True
+    if stop == work.start and not cut:
+        return None
+    return _Plan(stop, cut, capped)
+
+
+def _split_user_message(work: _Working, unit: Unit, budget: int) -> int:
+    """Where to cut a long user message so that its kept tail costs at most ``budget`` tokens, or 0.
+
+    Only a plain-text user message is split. The cut is the smallest character position whose tail
+    (with the note saying what was summarized) fits, moved forward to the next line start within 1,000
+    characters, else to the next whitespace within 200, so words and lines stay whole where possible.
+    The characters before the cut go to the summarizer; the tail stays verbatim after the checkpoint.
+    """
+    i = unit.start
+    message = work.messages[i]
+    text = message.get("content")
+    if unit.kind != "message" or message.get("role") != "user" or not isinstance(text, str):
+        return 0
+    offset = work.checkpoint.split_chars if work.checkpoint and work.start == i else 0
+    low, high = offset + 1, len(text) - 1
+    if low > high or work.estimator.count_message(_split_tail(message, text, high)) > budget:
+        return 0
+    while low < high:
+        mid = (low + high) // 2
+        if work.estimator.count_message(_split_tail(message, text, mid)) <= budget:
+            high = mid
+        else:
+            low = mid + 1
+    cut = low
+    newline = text.find("\n", cut, cut + 1000)
+    if newline != -1 and newline + 1 < len(text):
+        return newline + 1
+    for j in range(cut, min(cut + 200, len(text) - 1)):
+        if text[j].isspace():
+            return j + 1
+    return cut
