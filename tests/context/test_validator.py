@@ -3,11 +3,14 @@
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.context.composer import ComposedContext, DefaultContextMessageComposer
 from proxy.context.estimators import ConservativeTokenEstimator
-from proxy.context.types import ContextMessage
+from proxy.context.types import Attachment, ContextMessage
 from proxy.context.validator import ContextValidator
+from proxy.context.window import AtomicHistoryWindowPolicy
 from proxy.errors import AssemblyFailed
 
 EST = ConservativeTokenEstimator()
@@ -55,3 +58,39 @@ def test_over_the_limit_and_all_problems_at_once() -> None:
     with pytest.raises(AssemblyFailed) as info:
         VALIDATOR.validate(bad, limit_tokens=10, estimator=EST)
     assert "over the limit of 10" in info.value.message and "no matching call" in info.value.message
+
+
+# The stages together: whatever the window and composer produce, the validator accepts.
+def tool_step(i: int, n: int) -> list[dict[str, Any]]:
+    ids = [f"c{i}_{k}" for k in range(n)]
+    calls = [{"id": c, "type": "function", "function": {"name": "f", "arguments": "{}"}} for c in ids]
+    return [{"role": "assistant", "content": None, "tool_calls": calls}] + [
+        {"role": "tool", "tool_call_id": c, "content": "结果 result " * (i % 7 * 20)} for c in reversed(ids)
+    ]
+
+
+step = st.one_of(
+    st.text(max_size=200).map(lambda t: [{"role": "user", "content": t}]),
+    st.text(max_size=200).map(lambda t: [{"role": "assistant", "content": t}]),
+    st.tuples(st.integers(0, 99), st.integers(1, 3)).map(lambda t: tool_step(*t)),
+)
+history_strategy = st.lists(step, max_size=20).map(
+    lambda steps: [{"role": "user", "content": "task"}] + [m for s in steps for m in s]
+)
+
+
+@settings(max_examples=50, deadline=None)
+@given(history_strategy, st.text(max_size=100), st.integers(50, 20_000))
+def test_validator_accepts_what_the_stages_produce(history: list[dict[str, Any]], data: str, limit: int) -> None:
+    composer = DefaultContextMessageComposer()
+    attachments = [Attachment("web.page", data, "untrusted_data", "web")]
+    prompt = "## Identity\nagent"
+    fixed = EST.count_message({"role": "system", "content": prompt}) + sum(
+        EST.count_message(m) for m in composer.hidden_messages([], attachments)
+    )
+    try:
+        window = AtomicHistoryWindowPolicy().apply(history, limit_tokens=limit - fixed, estimator=EST)
+    except AssemblyFailed:
+        return
+    final = composer.compose(prompt, window.messages, [], attachments)
+    assert VALIDATOR.validate(final, limit_tokens=limit, estimator=EST) <= limit
