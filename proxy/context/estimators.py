@@ -21,6 +21,9 @@ MESSAGE_OVERHEAD_TOKENS = 4
 # Tool schemas are rendered by the provider into a hidden preamble; the per-tool framing is a guess
 # the JSON text of the schema then dominates.
 TOOL_OVERHEAD_TOKENS = 8
+# Upper bound for one image part: OpenAI's high-detail formula (85 + 170 per 512px tile) stays below
+# this for the largest image it accepts after downscaling.
+IMAGE_PART_TOKENS = 1600
 
 # Pieces roughly as tiktoken's pre-tokenizer cuts text: a word with its leading space, a digit run,
 # a punctuation run with its leading space, a run of non-ASCII characters with its leading space, a
@@ -127,13 +130,16 @@ def _count_message(estimator: TokenEstimator, message: Mapping[str, Any], overhe
         total += estimator.count_text(stable_json(call))
     if "function_call" in canon:
         total += estimator.count_text(stable_json(canon["function_call"]))
-    # Non-text content parts (images, audio) have provider-specific costs; charge their JSON so they
-    # are at least not free.
     content = canon.get("content")
     if isinstance(content, list):
-        others = [part for part in content if not (isinstance(part, Mapping) and part.get("type") == "text")]
-        if others:
-            total += estimator.count_text(stable_json(others))
+        for part in content:
+            kind = part.get("type") if isinstance(part, Mapping) else None
+            if kind == "text":
+                continue
+            # An image costs the provider a bounded number of tokens whatever its bytes; charging its
+            # base64 text would make one screenshot look like a book. Other parts (audio, files) have
+            # provider-specific costs: their JSON keeps them from being free.
+            total += IMAGE_PART_TOKENS if kind == "image_url" else estimator.count_text(stable_json(part))
     return total
 
 

@@ -263,3 +263,14 @@ def test_cache_hit_only_for_equal_canonical_messages(a: dict, b: dict) -> None: 
 
     if _message_key(a) == _message_key(b):
         assert message_hash(a) == message_hash(b)
+
+
+def test_images_cost_a_bounded_amount_other_parts_their_json() -> None:
+    from proxy.context.estimators import IMAGE_PART_TOKENS
+
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 100_000}}
+    text = {"type": "text", "text": "describe"}
+    with_image = ESTIMATOR.count_message({"role": "user", "content": [text, image]})
+    assert with_image == ESTIMATOR.count_message({"role": "user", "content": [text]}) + IMAGE_PART_TOKENS
+    audio = {"type": "input_audio", "input_audio": {"data": "xyz " * 50, "format": "wav"}}
+    assert ESTIMATOR.count_message({"role": "user", "content": [audio]}) > 50
