@@ -436,11 +436,18 @@ def _plan_round(work: _Working, suffix_budget: int, source_cap: int, min_split: 
         stop = unit.stop
     if capped:
         cut = 0
-    elif cut and used + work.costs[boundary] > source_cap and stop > work.start:
+    elif cut and stop > work.start and used + _head_cost(work, boundary, cut) > source_cap:
         cut, capped = 0, True
     if stop == work.start and not cut:
         return None
     return _Plan(stop, cut, capped)
+
+
+def _head_cost(work: _Working, i: int, cut: int) -> int:
+    """Tokens of the part of a split user message that goes to the summarizer."""
+    text = content_text(work.messages[i].get("content"))
+    offset = work.checkpoint.split_chars if work.checkpoint and work.start == i else 0
+    return work.estimator.count_message({"role": "user", "content": SPLIT_HEAD_NOTE + text[offset:cut]})
 
 
 def _split_user_message(work: _Working, unit: Unit, budget: int) -> int:

@@ -1,5 +1,7 @@
 """The checkpoint: fixed sections, structural normalization, unknown refs, the summary request."""
 
+from typing import Any
+
 from proxy.context.checkpoint import (
     SECTIONS,
     Checkpoint,
@@ -117,7 +119,7 @@ def test_checkpoint_message_and_record_round_trip() -> None:
 
 def test_summary_request_carries_the_whole_source_and_the_previous_checkpoint() -> None:
     big = "\n".join(f"measurement {i}: {i * 0.5}" for i in range(3_000))  # ~70 KB, far over 16,000 chars
-    source = [
+    source: list[tuple[dict[str, Any], str | None]] = [
         (
             {
                 "role": "assistant",
