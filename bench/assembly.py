@@ -127,7 +127,9 @@ def collection() -> Collection:
     return asyncio.run(collect_detailed(registry, ContributionRequest(scope="main", context_id="bench")))
 
 
-def assemble(history: list[dict[str, Any]], collected: Collection, estimator: TokenEstimator) -> int:
+def assemble(
+    history: list[dict[str, Any]], collected: Collection, estimator: TokenEstimator, limit: int = LIMIT_TOKENS
+) -> int:
     """One turn's pure stages; returns the validated estimate."""
     admitted = apply_context_budget(collected, PROMPT_BUDGET, MESSAGE_BUDGET, estimator)
     prompt = DeterministicSystemPromptRenderer().render(admitted.sections)
@@ -138,11 +140,11 @@ def assemble(history: list[dict[str, Any]], collected: Collection, estimator: To
         + estimator.count_tools(TOOLS)
         + sum(estimator.count_message(m) for m in hidden)
     )
-    window = AtomicHistoryWindowPolicy().apply(history, limit_tokens=LIMIT_TOKENS - fixed, estimator=estimator)
+    window = AtomicHistoryWindowPolicy().apply(history, limit_tokens=limit - fixed, estimator=estimator)
     composed = composer.compose(
         prompt.text, window.messages, admitted.messages, admitted.attachments, section_ids=prompt.section_ids
     )
-    return ContextValidator().validate(composed, limit_tokens=LIMIT_TOKENS, estimator=estimator, tools=TOOLS)
+    return ContextValidator().validate(composed, limit_tokens=limit, estimator=estimator, tools=TOOLS)
 
 
 def median_ms(run: Callable[[], object], repeats: int) -> float:
@@ -158,6 +160,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--sizes", default="10,100,1000,5000")
+    parser.add_argument("--limit", type=int, default=LIMIT_TOKENS, help="effective input limit in tokens")
     args = parser.parse_args()
     collected = collection()
     print("| messages | chars | cold ms | warm ms | warm µs/message | kept | estimate (tokens) |")
@@ -166,18 +169,19 @@ def main() -> None:
         history = make_history(n)
         chars = sum(len(str(m.get("content") or "")) for m in history)
         cold = median_ms(
-            lambda h=history: assemble(h, collected, CachingEstimator(ConservativeTokenEstimator())), args.repeats
+            lambda h=history: assemble(h, collected, CachingEstimator(ConservativeTokenEstimator()), args.limit),
+            args.repeats,
         )
         warm_estimators: list[CachingEstimator] = []
         for _ in range(args.repeats):
             warm = CachingEstimator(ConservativeTokenEstimator())
-            assemble(history[:-1], collected, warm)  # the previous turn filled the cache
+            assemble(history[:-1], collected, warm, args.limit)  # the previous turn filled the cache
             warm_estimators.append(warm)
         pool = iter(warm_estimators)
-        warm_ms = median_ms(lambda h=history, p=pool: assemble(h, collected, next(p)), args.repeats)
-        estimate = assemble(history, collected, CachingEstimator(ConservativeTokenEstimator()))
+        warm_ms = median_ms(lambda h=history, p=pool: assemble(h, collected, next(p), args.limit), args.repeats)
+        estimate = assemble(history, collected, CachingEstimator(ConservativeTokenEstimator()), args.limit)
         kept = AtomicHistoryWindowPolicy().apply(
-            history, limit_tokens=LIMIT_TOKENS, estimator=ConservativeTokenEstimator()
+            history, limit_tokens=args.limit, estimator=ConservativeTokenEstimator()
         )
         print(
             f"| {len(history):,} | {chars:,} | {cold:.1f} | {warm_ms:.2f} | {warm_ms * 1000 / len(history):.1f} "
