@@ -52,7 +52,8 @@ def stable_json(value: Any) -> str:
 
 def message_hash(message: Mapping[str, Any]) -> str:
     """Hex SHA-256 of the canonical form of one message."""
-    return hashlib.sha256(stable_json(canonical_message(message)).encode("utf-8")).hexdigest()
+    # surrogatepass: a client may send a lone surrogate ("\\ud800" in JSON); it must hash, not crash.
+    return hashlib.sha256(stable_json(canonical_message(message)).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def chain_hash(previous: str, message: Mapping[str, Any]) -> str:

@@ -1,0 +1,44 @@
+"""``context-proxy serve | demo`` (also ``python -m proxy``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from proxy.config import ConfigError, Settings
+from proxy.offline import prepare_offline_environment
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``context-proxy`` command."""
+    parser = argparse.ArgumentParser(prog="context-proxy", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve the OpenAI-compatible proxy")
+    serve.add_argument("--config", type=Path, help="litellm-proxy style YAML with a model_list")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=4000)
+    demo = commands.add_parser("demo", help="run a scripted agent session through the real proxy, offline")
+    demo.add_argument("--data-dir", type=Path, help="keep the store and traces here (default: a temporary folder)")
+    args = parser.parse_args(argv)
+    prepare_offline_environment()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "serve":
+            return _serve(Settings.from_env(config_path=args.config), args.host, args.port)
+        from proxy.demo.run import run_demo
+
+        return run_demo(args.data_dir)
+    except ConfigError as exc:
+        print(f"context-proxy: {exc}", file=sys.stderr)
+        return 2
+
+
+def _serve(settings: Settings, host: str, port: int) -> int:
+    import uvicorn
+
+    from proxy.app import create_app
+
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    return 0

@@ -1,0 +1,215 @@
+"""Settings from the environment and the YAML config file, validated once at start-up.
+
+Every problem stops start-up with a ``ConfigError`` whose message names the variable (or config key)
+and the bad value; nothing downstream re-validates.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+Mode = Literal["dynamic", "shadow", "legacy"]
+MODES: tuple[Mode, ...] = ("dynamic", "shadow", "legacy")
+_ENV_SECRET_PREFIX = "os.environ/"
+
+
+class ConfigError(Exception):
+    """A setting is missing or invalid; the message names it."""
+
+
+class ModelInfo(BaseModel):
+    """Operator-declared limits of a model (litellm-proxy ``model_info``)."""
+
+    model_config = ConfigDict(extra="allow")
+    max_input_tokens: int | None = Field(default=None, gt=0)
+    max_output_tokens: int | None = Field(default=None, gt=0)
+
+
+class LitellmParams(BaseModel):
+    """How litellm reaches the provider; every extra key is passed to ``litellm.acompletion``."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str = Field(min_length=1)
+
+
+class ModelEntry(BaseModel):
+    """One ``model_list`` entry: what clients call it and how litellm reaches it."""
+
+    model_config = ConfigDict(extra="forbid")
+    model_name: str = Field(min_length=1)
+    litellm_params: LitellmParams
+    model_info: ModelInfo = Field(default_factory=ModelInfo)
+
+
+class ConfigFile(BaseModel):
+    """The YAML config file: a litellm-proxy style ``model_list``."""
+
+    model_config = ConfigDict(extra="forbid")
+    model_list: list[ModelEntry] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ModelRoute:
+    """A client model name resolved to litellm call parameters and the operator's declared limits."""
+
+    model_name: str
+    litellm_params: dict[str, Any]  # includes "model"; secrets already resolved
+    max_input_tokens: int | None = None
+    max_output_tokens: int | None = None
+
+    @property
+    def litellm_model(self) -> str:
+        """The model string litellm receives."""
+        return str(self.litellm_params["model"])
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the proxy reads from its environment and config file."""
+
+    mode: Mode = "dynamic"
+    data_dir: Path = Path(".context-proxy")
+    store_url: str | None = None
+    master_key: str | None = None
+    models: tuple[ModelRoute, ...] = ()
+    context_window_tokens: int | None = None
+    model_max_tokens: int | None = None
+    output_reserve_tokens: int | None = None
+    pressure_percent: int = 80
+    target_percent: int = 50
+    summary_model: str | None = None
+    trace_enabled: bool = False
+    trace_dir: Path | None = None
+    example_dir: Path | None = None
+    max_request_bytes: int = 32 * 1024 * 1024
+    session_lock_seconds: int = 60
+    provider_timeout_seconds: int = 600
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def resolved_trace_dir(self) -> Path:
+        """Where traces go: the explicit folder, else ``<data-dir>/context-traces``."""
+        return self.trace_dir if self.trace_dir is not None else self.data_dir / "context-traces"
+
+    def route(self, model_name: str) -> ModelRoute | None:
+        """The route for a client model name; without a model list every name goes to litellm as is."""
+        if not self.models:
+            return ModelRoute(model_name=model_name, litellm_params={"model": model_name})
+        for route in self.models:
+            if route.model_name == model_name:
+                return route
+        return None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, config_path: Path | None = None) -> Settings:
+        """Read and validate the settings; raises ``ConfigError`` naming the first bad one."""
+        env = os.environ if environ is None else environ
+        mode = env.get("SCIENCE_AGENT_CONTEXT_MODE", "").strip() or "dynamic"
+        if mode not in MODES:
+            raise ConfigError(f"SCIENCE_AGENT_CONTEXT_MODE={mode!r} is not one of {', '.join(MODES)}")
+        trace = env.get("SCIENCE_AGENT_CONTEXT_TRACE", "").strip().lower()
+        if trace not in ("", "0", "1", "true", "false", "yes", "no", "on", "off"):
+            raise ConfigError(f"SCIENCE_AGENT_CONTEXT_TRACE={trace!r} is not a boolean (use 1 or 0)")
+        store_url = env.get("CONTEXT_PROXY_STORE_URL", "").strip() or None
+        if store_url is not None and not store_url.startswith(("postgresql://", "postgres://")):
+            raise ConfigError(f"CONTEXT_PROXY_STORE_URL={store_url!r} is not a postgresql:// URL (unset means SQLite)")
+        models = _load_models(config_path, env) if config_path is not None else ()
+        return cls(
+            mode=mode,  # checked against MODES above
+            data_dir=Path(env.get("SCIENCE_AGENT_DATA_DIR", "") or ".context-proxy"),
+            store_url=store_url,
+            master_key=env.get("CONTEXT_PROXY_MASTER_KEY") or None,
+            models=models,
+            context_window_tokens=_positive(env, "SCIENCE_AGENT_CONTEXT_WINDOW_TOKENS"),
+            model_max_tokens=_positive(env, "MODEL_MAX_TOKENS"),
+            output_reserve_tokens=_positive(env, "OUTPUT_RESERVE_TOKENS"),
+            pressure_percent=_percent(env, "SCIENCE_AGENT_CONTEXT_PRESSURE_PERCENT", 80),
+            target_percent=_percent(env, "SCIENCE_AGENT_CONTEXT_TARGET_PERCENT", 50),
+            summary_model=env.get("SCIENCE_AGENT_SUMMARY_MODEL") or None,
+            trace_enabled=trace in ("1", "true", "yes", "on"),
+            trace_dir=Path(env["SCIENCE_AGENT_CONTEXT_TRACE_DIR"])
+            if env.get("SCIENCE_AGENT_CONTEXT_TRACE_DIR")
+            else None,
+            example_dir=(
+                Path(env["SCIENCE_AGENT_CONTEXT_EXAMPLE_DIR"]) if env.get("SCIENCE_AGENT_CONTEXT_EXAMPLE_DIR") else None
+            ),
+            max_request_bytes=_positive(env, "CONTEXT_PROXY_MAX_REQUEST_BYTES") or cls.max_request_bytes,
+            session_lock_seconds=_positive(env, "CONTEXT_PROXY_SESSION_LOCK_SECONDS") or cls.session_lock_seconds,
+            provider_timeout_seconds=(
+                _positive(env, "CONTEXT_PROXY_PROVIDER_TIMEOUT_SECONDS") or cls.provider_timeout_seconds
+            ),
+        )
+
+
+def _positive(env: Mapping[str, str], name: str) -> int | None:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a positive integer") from None
+    if value <= 0:
+        raise ConfigError(f"{name}={raw!r} is not a positive integer")
+    return value
+
+
+def _percent(env: Mapping[str, str], name: str, default: int) -> int:
+    value = _positive(env, name)
+    if value is None:
+        return default
+    if value > 100:
+        raise ConfigError(f"{name}={value} is a percentage and must be at most 100")
+    return value
+
+
+def _load_models(path: Path, env: Mapping[str, str]) -> tuple[ModelRoute, ...]:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: cannot be read ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path}: not valid YAML ({exc})") from None
+    try:
+        config = ConfigFile.model_validate(raw or {})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors(include_url=False)
+        )
+        raise ConfigError(f"config file {path}: {problems}") from None
+    seen: set[str] = set()
+    routes = []
+    for index, entry in enumerate(config.model_list):
+        if entry.model_name in seen:
+            raise ConfigError(f"config file {path}: model_list[{index}].model_name {entry.model_name!r} appears twice")
+        seen.add(entry.model_name)
+        params = {
+            key: _resolve_secret(value, env, f"model_list[{index}].litellm_params.{key}", path)
+            for key, value in entry.litellm_params.model_dump().items()
+        }
+        routes.append(
+            ModelRoute(
+                model_name=entry.model_name,
+                litellm_params=params,
+                max_input_tokens=entry.model_info.max_input_tokens,
+                max_output_tokens=entry.model_info.max_output_tokens,
+            )
+        )
+    return tuple(routes)
+
+
+def _resolve_secret(value: Any, env: Mapping[str, str], where: str, path: Path) -> Any:
+    """``os.environ/NAME`` becomes the variable's value, as in litellm-proxy configs."""
+    if isinstance(value, str) and value.startswith(_ENV_SECRET_PREFIX):
+        name = value[len(_ENV_SECRET_PREFIX) :]
+        if name not in env:
+            raise ConfigError(f"config file {path}: {where} names the environment variable {name}, which is not set")
+        return env[name]
+    return value

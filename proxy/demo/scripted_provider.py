@@ -1,0 +1,222 @@
+"""A scripted, deterministic OpenAI-compatible provider served over real HTTP on loopback.
+
+It stands in for the LLM, and only for the LLM: the demo and the tests point litellm at it. Every
+request body it receives is kept in ``history`` so callers can assert on exactly what the provider
+got. Replies come from a ``Script``: a function of the request body, so a reply can depend on what
+the model was shown (a tool result, a compacted preview). Ids and timestamps are fixed, which keeps
+recorded cassettes byte-identical between runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+FIXED_CREATED = 1_700_000_000
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call the scripted model makes."""
+
+    name: str
+    arguments: dict[str, Any]
+    id: str = ""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted answer: text, tool calls, or a provider error (status + body)."""
+
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    error_status: int | None = None
+    error_body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+Script = Callable[[dict[str, Any]], Reply]
+
+
+def estimate_prompt_tokens(body: dict[str, Any]) -> int:
+    """A deterministic stand-in for the provider's token count: a quarter of the messages' JSON bytes."""
+    return max(1, len(json.dumps(body.get("messages", []), ensure_ascii=False).encode()) // 4)
+
+
+class ScriptedProvider:
+    """The provider's behaviour: a script, an optional context window, and the record of requests."""
+
+    def __init__(self, script: Script, *, context_window: int | None = None) -> None:
+        self.script = script
+        self.context_window = context_window
+        self.history: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def app(self) -> Starlette:
+        """The ASGI app serving the OpenAI routes."""
+        routes = [
+            Route("/v1/chat/completions", self._chat, methods=["POST"]),
+            Route("/chat/completions", self._chat, methods=["POST"]),
+            Route("/v1/models", self._models, methods=["GET"]),
+        ]
+        return Starlette(routes=routes)
+
+    async def _models(self, request: Request) -> Response:
+        return JSONResponse(
+            {"object": "list", "data": [{"id": "scripted", "object": "model", "created": 0, "owned_by": "scripted"}]}
+        )
+
+    async def _chat(self, request: Request) -> Response:
+        body = await request.json()
+        with self._lock:
+            self.history.append(body)
+            number = len(self.history)
+        prompt_tokens = estimate_prompt_tokens(body)
+        if self.context_window is not None and prompt_tokens > self.context_window:
+            return JSONResponse(_overflow_body(self.context_window, prompt_tokens), status_code=400)
+        reply = self.script(body)
+        if reply.error_status is not None:
+            return JSONResponse(reply.error_body, status_code=reply.error_status, headers=reply.headers)
+        completion_id = f"chatcmpl-scripted-{number}"
+        message = _message(reply, number)
+        completion_tokens = max(1, len(json.dumps(message)) // 4)
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+        finish = "tool_calls" if reply.tool_calls else "stop"
+        if body.get("stream"):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            chunks = _stream_chunks(
+                completion_id, body.get("model", ""), message, finish, usage if include_usage else None
+            )
+            return StreamingResponse(_sse(chunks), media_type="text/event-stream")
+        return JSONResponse(
+            {
+                "id": completion_id,
+                "object": "chat.completion",
+                "created": FIXED_CREATED,
+                "model": body.get("model", ""),
+                "system_fingerprint": None,
+                "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+                "usage": usage,
+            }
+        )
+
+
+def _overflow_body(window: int, used: int) -> dict[str, Any]:
+    return {
+        "error": {
+            "message": f"This model's maximum context length is {window} tokens. However, your messages resulted in "
+            f"{used} tokens. Please reduce the length of the messages.",
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        }
+    }
+
+
+def _message(reply: Reply, number: int) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content, "refusal": None}
+    if reply.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": call.id or f"call_{number}_{index}",
+                "type": "function",
+                "function": {"name": call.name, "arguments": json.dumps(call.arguments, sort_keys=True)},
+            }
+            for index, call in enumerate(reply.tool_calls)
+        ]
+    return message
+
+
+def _stream_chunks(
+    completion_id: str, model: str, message: dict[str, Any], finish: str, usage: dict[str, Any] | None
+) -> Iterator[dict[str, Any]]:
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        return {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": FIXED_CREATED,
+            "model": model,
+            "system_fingerprint": None,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}],
+        }
+
+    yield chunk({"role": "assistant", "content": "" if message.get("tool_calls") else None})
+    content = message.get("content") or ""
+    for start in range(0, len(content), 16):
+        yield chunk({"content": content[start : start + 16]})
+    for index, call in enumerate(message.get("tool_calls", [])):
+        # The name arrives whole in one delta (agent SDKs keep only one fragment); arguments are split.
+        yield chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": index,
+                        "id": call["id"],
+                        "type": "function",
+                        "function": {"name": call["function"]["name"], "arguments": ""},
+                    }
+                ]
+            }
+        )
+        arguments = call["function"]["arguments"]
+        for start in range(0, len(arguments), 12):
+            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments[start : start + 12]}}]})
+    yield chunk({}, finish)
+    if usage is not None:
+        yield {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": FIXED_CREATED,
+            "model": model,
+            "system_fingerprint": None,
+            "choices": [],
+            "usage": usage,
+        }
+
+
+async def _sse(chunks: Iterator[dict[str, Any]]) -> AsyncIterator[str]:
+    for item in chunks:
+        yield f"data: {json.dumps(item)}\n\n"
+        await asyncio.sleep(0)
+    yield "data: [DONE]\n\n"
+
+
+def free_port() -> int:
+    """A TCP port on loopback that is free right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def serve_in_thread(app: Any, port: int | None = None) -> Iterator[str]:
+    """Serve an ASGI app with uvicorn on 127.0.0.1 in a background thread; yields its base URL."""
+    port = port or free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
+    thread.start()
+    while not server.started:
+        if not thread.is_alive():
+            raise RuntimeError(f"server on port {port} failed to start")
+        threading.Event().wait(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

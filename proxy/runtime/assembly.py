@@ -1,0 +1,59 @@
+"""The assembler port: how the runtime asks for a model call's input, whatever the mode.
+
+The runtime owns the turn (lock, store, provider, trace); an ``Assembler`` owns what the model sees.
+``PassthroughAssembler`` returns the client's own messages; the dynamic pipeline in ``proxy/context``
+implements the same port.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from proxy.config import Mode, ModelRoute
+from proxy.identity import SessionIdentity
+from proxy.runtime.limits import ModelLimits
+from proxy.session.store import Reconciliation
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    """Everything known about one model call before its input is assembled."""
+
+    identity: SessionIdentity
+    mode: Mode
+    route: ModelRoute
+    limits: ModelLimits
+    body: dict[str, Any]  # the client's request, as sent
+    reconciliation: Reconciliation
+    turn: int
+    forced: bool = False  # a forced pressure pass after a provider overflow
+    stated_limit: int | None = None  # the window the provider stated in its overflow message
+
+
+@dataclass
+class Candidate:
+    """An assembled model input and the record of how it was made (for the trace)."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+class Assembler(Protocol):
+    """Builds the model input for a turn."""
+
+    async def assemble(self, request: TurnRequest) -> Candidate:
+        """The candidate input for this turn."""
+
+
+class PassthroughAssembler:
+    """The client's request as it came: what dynamic mode sends until the pipeline is plugged in."""
+
+    async def assemble(self, request: TurnRequest) -> Candidate:
+        """Return the client's messages and tools unchanged."""
+        return Candidate(
+            messages=list(request.body["messages"]),
+            tools=request.body.get("tools"),
+            record={"path": "passthrough"},
+        )

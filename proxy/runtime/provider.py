@@ -1,0 +1,112 @@
+"""The one door to the provider: ``litellm.acompletion``, with errors translated at this boundary.
+
+The rest of the proxy sees only ``ProviderBackend``: OpenAI-shaped dicts in and out, and ``ProxyError``
+subclasses (``ContextOverflow`` among them) on failure. Tests can hand the runtime another backend;
+the default one imports litellm lazily so that building the app stays cheap and offline-safe.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+from proxy.errors import ProxyError
+from proxy.offline import prepare_offline_environment
+from proxy.runtime.provider_errors import translate_provider_error
+from proxy.runtime.serialize import StreamSerializer, response_to_openai
+
+
+class ProviderBackend(Protocol):
+    """Calls the model. ``llm_input`` is exactly the keyword arguments for ``litellm.acompletion``."""
+
+    async def complete(self, llm_input: dict[str, Any]) -> dict[str, Any]:
+        """A whole chat completion as an OpenAI response dict."""
+
+    async def stream(self, llm_input: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """Chat completion chunks as OpenAI chunk dicts; the first one is fetched before returning."""
+
+
+class LiteLLMBackend:
+    """The default backend: every call goes through ``litellm.acompletion``."""
+
+    def __init__(self, timeout_seconds: float) -> None:
+        prepare_offline_environment()
+        import litellm  # deferred: importing litellm costs seconds and must follow the offline set-up
+
+        litellm.suppress_debug_info = True  # no "Give Feedback" banner on every provider error
+        logging.getLogger("LiteLLM").setLevel(logging.WARNING)  # not one INFO line per call
+        self._litellm = litellm
+        self._timeout = timeout_seconds
+
+    def model_map_limits(self, model: str) -> tuple[int | None, int | None]:
+        """(max input tokens, max output tokens) from litellm's bundled model map; ``None`` where unknown."""
+        try:
+            info = self._litellm.get_model_info(model)
+        except Exception:  # litellm raises a bare Exception for models its map does not know
+            return None, None
+        return info.get("max_input_tokens"), info.get("max_output_tokens")
+
+    def _arguments(self, llm_input: dict[str, Any]) -> dict[str, Any]:
+        # Retries belong to the client (the SDKs retry on their own); a proxy that also retries
+        # multiplies every provider outage by both retry budgets.
+        return {"timeout": self._timeout, "max_retries": 0, **llm_input}
+
+    async def complete(self, llm_input: dict[str, Any]) -> dict[str, Any]:
+        """Call the provider once and return its answer as an OpenAI response dict."""
+        try:
+            response = await self._litellm.acompletion(**self._arguments(llm_input))
+        except ProxyError:
+            raise
+        except Exception as exc:  # the boundary: every provider failure is translated here
+            raise translate_provider_error(exc, secrets=_secrets(llm_input)) from exc
+        return response_to_openai(response)
+
+    async def stream(self, llm_input: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """Open the stream and read its first chunk, so that a provider error is still an HTTP error."""
+        try:
+            upstream = await self._litellm.acompletion(**self._arguments({**llm_input, "stream": True}))
+            iterator = upstream.__aiter__()
+            first = await iterator.__anext__()
+        except StopAsyncIteration:
+            return _empty()
+        except ProxyError:
+            raise
+        except Exception as exc:  # the boundary: every provider failure is translated here
+            raise translate_provider_error(exc, secrets=_secrets(llm_input)) from exc
+        return _relay(upstream, iterator, first, _secrets(llm_input))
+
+
+async def _empty() -> AsyncIterator[dict[str, Any]]:
+    return
+    yield  # pragma: no cover - makes this an async generator
+
+
+def _secrets(llm_input: dict[str, Any]) -> list[str]:
+    """Credentials a provider might echo back in an error message; they are masked before anyone sees it."""
+    return [str(llm_input[key]) for key in ("api_key",) if llm_input.get(key)]
+
+
+async def _relay(upstream: Any, iterator: Any, first: Any, secrets: list[str]) -> AsyncIterator[dict[str, Any]]:
+    """Yield the chunks; closing this generator (client gone) closes the upstream call too.
+
+    ``StreamSerializer`` holds a tool call back until its name is whole, so every ``function.name``
+    goes out in exactly one delta (agent SDKs keep only one fragment of it).
+    """
+    serializer = StreamSerializer()
+    try:
+        for out in serializer.feed(first):
+            yield out
+        while True:
+            try:
+                chunk = await iterator.__anext__()
+            except StopAsyncIteration:
+                break
+            except Exception as exc:  # the boundary, mid-stream
+                raise translate_provider_error(exc, secrets=secrets) from exc
+            for out in serializer.feed(chunk):
+                yield out
+        for out in serializer.finish():
+            yield out
+    finally:
+        await upstream.aclose()

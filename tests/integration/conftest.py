@@ -1,0 +1,97 @@
+"""Real servers on loopback: the scripted provider and the proxy (uvicorn), the OpenAI SDK as client."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from proxy.app import create_app
+from proxy.config import ModelRoute, Settings
+from proxy.demo.scripted_provider import Reply, ScriptedProvider, serve_in_thread
+
+MODEL = "test-model"
+
+
+class ProviderHandle:
+    """The scripted provider for one test: set ``script``, read ``history``."""
+
+    def __init__(self, provider: ScriptedProvider, url: str) -> None:
+        self.provider = provider
+        self.url = url
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        return self.provider.history
+
+    def script(self, script: Callable[[dict[str, Any]], Reply], context_window: int | None = None) -> None:
+        self.provider.script = script
+        self.provider.context_window = context_window
+
+
+@pytest.fixture(scope="session")
+def _provider_server() -> Iterator[tuple[ScriptedProvider, str]]:
+    provider = ScriptedProvider(lambda body: Reply(content="ok"))
+    with serve_in_thread(provider.app()) as url:
+        yield provider, url
+
+
+@pytest.fixture
+def provider(_provider_server: tuple[ScriptedProvider, str]) -> ProviderHandle:
+    scripted, url = _provider_server
+    scripted.history.clear()
+    scripted.script = lambda body: Reply(content="ok")
+    scripted.context_window = None
+    return ProviderHandle(scripted, url)
+
+
+def route_to(provider_url: str, name: str = MODEL) -> ModelRoute:
+    """A model_list entry pointing litellm at the scripted provider."""
+    return ModelRoute(
+        model_name=name,
+        litellm_params={"model": "openai/scripted", "api_base": f"{provider_url}/v1", "api_key": "sk-test-provider"},
+        max_input_tokens=16_000,
+        max_output_tokens=2_000,
+    )
+
+
+@dataclasses.dataclass
+class ProxyHandle:
+    """A running proxy and how to reach it."""
+
+    url: str
+    settings: Settings
+
+    def client(self, **kw: Any) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=kw.pop("api_key", "sk-client"), max_retries=0, **kw)
+
+    def async_client(self, **kw: Any) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(
+            base_url=f"{self.url}/v1", api_key=kw.pop("api_key", "sk-client"), max_retries=0, **kw
+        )
+
+
+@pytest.fixture
+def start_proxy(tmp_path: Path, provider: ProviderHandle) -> Iterator[Callable[..., ProxyHandle]]:
+    """Start a proxy (real uvicorn) with settings overrides; every started proxy stops after the test."""
+    stack: list[Any] = []
+
+    def start(**overrides: Any) -> ProxyHandle:
+        settings = Settings(**{"data_dir": tmp_path / "data", "models": (route_to(provider.url),), **overrides})
+        context = serve_in_thread(create_app(settings))
+        url = context.__enter__()
+        stack.append(context)
+        return ProxyHandle(url=url, settings=settings)
+
+    yield start
+    while stack:
+        stack.pop().__exit__(None, None, None)
+
+
+@pytest.fixture
+def legacy_proxy(start_proxy: Callable[..., ProxyHandle]) -> ProxyHandle:
+    return start_proxy(mode="legacy")

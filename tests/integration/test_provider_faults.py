@@ -1,0 +1,132 @@
+"""Provider faults through real HTTP: mapped errors, and the exactly-once overflow retry."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jsonschema
+import openai
+import pytest
+
+from proxy.demo.scripted_provider import Reply
+
+SCHEMAS = json.loads((Path(__file__).parents[1] / "data" / "openai-chat-schemas.json").read_text())
+ERROR_SCHEMA = jsonschema.Draft202012Validator(SCHEMAS["schemas"]["ErrorResponse"])
+MESSAGES = [{"role": "user", "content": "Analyse the spectra."}]
+OVERFLOW = {
+    "error": {
+        "message": "This model's maximum context length is 8192 tokens. However, your messages "
+        "resulted in 9000 tokens. Please reduce the length of the messages.",
+        "type": "invalid_request_error",
+        "param": "messages",
+        "code": "context_length_exceeded",
+    }
+}
+
+
+def _post(url: str, **extra: Any) -> httpx.Response:
+    with httpx.Client(base_url=url, timeout=30) as http:
+        return http.post(
+            "/v1/chat/completions",
+            json={"model": "test-model", "messages": MESSAGES, **extra},
+            headers={"x-session-id": "faults"},
+        )
+
+
+def _overflow_first(times: int):
+    calls = {"n": 0}
+
+    def script(body: dict[str, Any]) -> Reply:
+        calls["n"] += 1
+        if calls["n"] <= times:
+            return Reply(error_status=400, error_body=OVERFLOW)
+        return Reply(content="fits now")
+
+    return script
+
+
+def test_rate_limit_keeps_status_and_retry_after(legacy_proxy, provider):
+    provider.script(
+        lambda body: Reply(
+            error_status=429,
+            headers={"retry-after": "7"},
+            error_body={
+                "error": {
+                    "message": "Rate limit reached for requests",
+                    "type": "requests",
+                    "code": "rate_limit_exceeded",
+                }
+            },
+        )
+    )
+    response = _post(legacy_proxy.url)
+    assert response.status_code == 429
+    assert response.headers["retry-after"] == "7"
+    ERROR_SCHEMA.validate(response.json())
+    assert "Rate limit reached" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("status", [500, 503])
+def test_provider_server_errors_are_mapped_not_leaked(legacy_proxy, provider, status):
+    provider.script(lambda body: Reply(error_status=status, error_body={"error": {"message": "upstream exploded"}}))
+    response = _post(legacy_proxy.url)
+    assert 500 <= response.status_code <= 504
+    ERROR_SCHEMA.validate(response.json())
+    assert "Traceback" not in response.text
+
+
+def test_unreachable_provider_is_a_gateway_error(start_proxy, provider):
+    from proxy.config import ModelRoute
+
+    dead = ModelRoute("test-model", {"model": "openai/x", "api_base": "http://127.0.0.1:9/v1", "api_key": "k"})
+    proxy = start_proxy(mode="legacy", models=(dead,))
+    response = _post(proxy.url)
+    assert response.status_code in (502, 503, 504)
+    ERROR_SCHEMA.validate(response.json())
+
+
+def test_overflow_in_legacy_is_surfaced_without_retry(legacy_proxy, provider):
+    provider.script(_overflow_first(1))
+    response = _post(legacy_proxy.url)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "context_length_exceeded"
+    assert "context_length_exceeded" in error["message"]  # LangChain matches on the message text
+    assert len(provider.history) == 1
+
+
+def test_overflow_then_success_retries_exactly_once_in_dynamic(start_proxy, provider):
+    proxy = start_proxy(mode="dynamic", trace_enabled=True)
+    provider.script(_overflow_first(1))
+    response = _post(proxy.url)
+    assert response.status_code == 200, response.text
+    assert response.json()["choices"][0]["message"]["content"] == "fits now"
+    assert len(provider.history) == 2
+    folder = proxy.settings.data_dir / "context-traces" / "faults"
+    first = json.loads((folder / "turn-0001.json").read_text())
+    retry = json.loads((folder / "turn-0001-recovery-1.json").read_text())
+    assert first["providerError"]["code"] == "context_length_exceeded"
+    assert retry["recovery"]["attempt"] == 1
+    assert retry["budgets"]["modelMaxTokens"] == 8192  # the limit the provider stated is used for the retry
+
+
+def test_overflow_twice_is_surfaced_after_exactly_two_attempts(start_proxy, provider):
+    proxy = start_proxy(mode="dynamic")
+    provider.script(_overflow_first(99))
+    client = proxy.client()
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="test-model", messages=MESSAGES)
+    assert caught.value.code == "context_length_exceeded"
+    assert "forced compaction retry" in caught.value.message
+    assert len(provider.history) == 2
+
+
+def test_streamed_overflow_is_retried_before_the_stream_starts(start_proxy, provider):
+    proxy = start_proxy(mode="dynamic")
+    provider.script(_overflow_first(1))
+    stream = proxy.client().chat.completions.create(model="test-model", messages=MESSAGES, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == "fits now"
+    assert len(provider.history) == 2
