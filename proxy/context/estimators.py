@@ -18,8 +18,8 @@ from proxy.context.types import TokenEstimator
 # Every chat message costs a few framing tokens (role, separators) on top of its content; OpenAI's
 # documented figure is 3-4, plus 3 priming the reply. 4 keeps us on the safe side per message.
 MESSAGE_OVERHEAD_TOKENS = 4
-# Tool schemas are rendered by the provider into a hidden preamble; the per-tool framing is a guess
-# the JSON text of the schema then dominates.
+# Tool schemas are rendered by the provider into a hidden preamble. The per-tool framing is a guess;
+# the JSON text of the schema dominates anyway.
 TOOL_OVERHEAD_TOKENS = 8
 # Upper bound for one image part: OpenAI's high-detail formula (85 + 170 per 512px tile) stays below
 # this for the largest image it accepts after downscaling.
@@ -27,9 +27,10 @@ IMAGE_PART_TOKENS = 1600
 
 # Pieces roughly as tiktoken's pre-tokenizer cuts text: a word with its leading space, a digit run,
 # a punctuation run with its leading space, a run of non-ASCII characters with its leading space, a
-# whitespace run (leaving its last space to the next piece, as tiktoken does). Each
-# piece is at least one token and at most one token per UTF-8 byte; the costs below sit in between.
-_PIECE = re.compile(r" ?[A-Za-z]+|[0-9]+| ?[!-/:-@\[-`{-~]+| ?[^\x00-\x7f]+|\s+(?!\S)|\s+")
+# whitespace run (leaving its last space to the next piece, as tiktoken does), and any other single
+# character (control characters), so nothing goes uncounted. Each piece is at least one token and at
+# most one token per UTF-8 byte; the costs below sit in between.
+_PIECE = re.compile(r" ?[A-Za-z]+|[0-9]+| ?[!-/:-@\[-`{-~]+| ?[^\x00-\x7f]+|\s+(?!\S)|\s+|.", re.DOTALL)
 _WORDLIKE = re.compile(r" ?(?:[a-z]+|[A-Z][a-z]+)")
 _VOWEL = re.compile(r"[aeiouy]")
 _CONSONANT_CLUSTER = re.compile(r"[^aeiouy ]{5}", re.IGNORECASE)
@@ -48,8 +49,8 @@ def _letters_cost(piece: str) -> float:
 def _non_ascii_cost(piece: str) -> int:
     table = cost_table()
     # Characters outside the table (emoji, accented Latin, Cyrillic...) cost their UTF-8 length: every
-    # byte is a token in both encodings, so that can never be an under-count.
-    # A leading space rarely merges with a CJK character: count it as a token of its own.
+    # byte is a token in both encodings, so that can never be an under-count. A leading space costs 1
+    # the same way: it rarely merges with a CJK character.
     return sum(table.get(ch) or len(ch.encode("utf-8")) for ch in piece)
 
 
@@ -78,7 +79,7 @@ class ConservativeTokenEstimator:
                 cost = _letters_cost(piece)
             elif first.isascii() and first.isdigit():
                 cost = math.ceil(len(piece) / 3)
-            elif piece.isspace():
+            elif piece.isascii() and piece.isspace():
                 cost = 1 + len(piece) // 8
             elif not first.isascii():
                 cost = _non_ascii_cost(piece)

@@ -274,3 +274,8 @@ def test_images_cost_a_bounded_amount_other_parts_their_json() -> None:
     assert with_image == ESTIMATOR.count_message({"role": "user", "content": [text]}) + IMAGE_PART_TOKENS
     audio = {"type": "input_audio", "input_audio": {"data": "xyz " * 50, "format": "wav"}}
     assert ESTIMATOR.count_message({"role": "user", "content": [audio]}) > 50
+
+
+@pytest.mark.parametrize("text", ["\x00" * 50, "\x07\x1b[0m" * 20, "\x7f" * 30, "\u3000\xa0" * 20])
+def test_control_and_odd_whitespace_characters_are_counted(text: str) -> None:
+    assert ESTIMATOR.count_text(text) >= exact(text)
