@@ -1,6 +1,7 @@
 """Estimators: the conservative one never under-counts tiktoken; the cache pays only for new messages."""
 
 import json
+import string
 from pathlib import Path
 
 import pytest
@@ -278,4 +279,11 @@ def test_images_cost_a_bounded_amount_other_parts_their_json() -> None:
 
 @pytest.mark.parametrize("text", ["\x00" * 50, "\x07\x1b[0m" * 20, "\x7f" * 30, "\u3000\xa0" * 20])
 def test_control_and_odd_whitespace_characters_are_counted(text: str) -> None:
+    assert ESTIMATOR.count_text(text) >= exact(text)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.one_of(st.text(max_size=200), st.text(st.sampled_from(string.printable), max_size=300)))
+def test_never_under_even_on_arbitrary_text(text: str) -> None:
+    # Beyond the promise (research text, JSON, code): random Unicode and printable-ASCII soup.
     assert ESTIMATOR.count_text(text) >= exact(text)
