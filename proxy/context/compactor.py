@@ -102,8 +102,8 @@ class CompactionTrace:
     tokens_after: int = 0
     reused_checkpoint: str | None = None
     compacted_refs: list[str] = field(default_factory=list)
-    summary_source_tokens: int = 0
-    checkpoint_tokens: int = 0
+    summary_source_tokens: int = 0  # of the last summarization round (previous checkpoint included)
+    checkpoint_tokens: int = 0  # of the accepted checkpoint message
     attempts: int = 0
     rejections: list[str] = field(default_factory=list)
     summarized_messages: int = 0
@@ -294,10 +294,13 @@ class HistoryCompactor:
         oversized = pressure.limit * self.config.latest_body_percent // 100
         candidates = list(range(work.start, work.latest))
         candidates += [i for i in range(max(work.start, work.latest), len(work.entries)) if work.costs[i] > oversized]
+        total = work.total()  # kept by difference: re-summing per candidate is quadratic in long runs
         for i in candidates:
-            if work.total() <= target:
+            if total <= target:
                 break
+            old = work.costs[i]
             if i not in work.visible and self._try_preview(work, i):
+                total += work.costs[i] - old
                 done.append(str(work.entries[i].tool_output_ref))
         return done
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.canonical import content_text
-from proxy.context.checkpoint import is_checkpoint_message
+from proxy.context.checkpoint import Checkpoint, is_checkpoint_message
 from proxy.context.compactor import (
     SPLIT_NOTE,
     CompactionConfig,
@@ -17,7 +17,7 @@ from proxy.context.compactor import (
     HistoryEntry,
     history_entries,
 )
-from proxy.context.estimators import ConservativeTokenEstimator
+from proxy.context.estimators import CachingEstimator, ConservativeTokenEstimator
 from proxy.context.previews import is_preview
 from proxy.context.tool_output_reader import read_tool_output
 
@@ -446,3 +446,46 @@ async def test_compaction_invariants(case: tuple[list[HistoryEntry], list[Reply]
         entries, limit=limit, summarizer=FakeSummarizer(*script, default=good_checkpoint), forced=forced
     )
     assert again.messages == out  # deterministic, given the same summarizer answers
+
+
+async def test_a_long_run_stays_within_the_window_turn_after_turn() -> None:
+    """60 steps of ~12 KB outputs at a 16k window, compacted every turn as the caller would drive it."""
+    fact = "FACT: the calibration constant is 0.98731"
+    full, bodies = agent_run(60, chars=12_000, fact=fact)
+    estimator = CachingEstimator(ESTIMATOR)
+    limit, fixed = 16_000 - 4_096, 1_500
+    compactor = HistoryCompactor()
+    checkpoints: list[Checkpoint] = []
+    previewed: tuple[str, ...] = ()
+    previous: tuple[dict[str, Any], ...] = ()
+    fired = turns = 0
+    for n in range(3, len(full) + 1, 2):
+        turns += 1
+        summarizer = FakeSummarizer(default=good_checkpoint)
+        result = await compactor.compact(
+            full[:n],
+            limit=limit,
+            estimator=estimator,
+            summarizer=summarizer,
+            fixed_tokens=fixed,
+            checkpoints=checkpoints,
+            previewed_refs=previewed,
+        )
+        assert result.trace.tokens_after <= limit * 80 // 100
+        assert_protocol_valid(result.messages)
+        if result.new_checkpoint:
+            assert result.checkpoint is not None
+            checkpoints.append(result.checkpoint)
+        previewed = result.previewed_refs
+        if result.messages[: len(previous)] != previous:
+            fired += 1
+        previous = result.messages
+    # A 12 KB body is ~5k tokens, 44 % of this window: even so, most turns keep the sent prefix unchanged.
+    assert fired < turns // 2
+    assert not any(fact in content_text(m.get("content")) for m in previous)
+
+    class Store:
+        async def get(self, ref: str) -> str | None:
+            return bodies.get(ref)
+
+    assert fact in await read_tool_output(Store(), {"ref": "to_0001", "query": "calibration constant"})
