@@ -49,10 +49,13 @@ class ModelEntry(BaseModel):
 
 
 class ConfigFile(BaseModel):
-    """The YAML config file: a litellm-proxy style ``model_list``."""
+    """The YAML config file: a litellm-proxy style ``model_list``, plus operator options for contributors."""
 
     model_config = ConfigDict(extra="forbid")
     model_list: list[ModelEntry] = Field(default_factory=list)
+    # Keyed by contributor id (e.g. ``governance: {policy: ...}``, ``skills: {folder: ...}``); each
+    # contributor validates its own options.
+    contributors: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,8 @@ class Settings:
     trace_enabled: bool = False
     trace_dir: Path | None = None
     example_dir: Path | None = None
+    contributor_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    contributor_allow: frozenset[str] | None = None  # entry-point or distribution names; None loads all
     max_request_bytes: int = 32 * 1024 * 1024
     session_lock_seconds: int = 60
     provider_timeout_seconds: int = 600
@@ -120,13 +125,17 @@ class Settings:
         store_url = env.get("CONTEXT_PROXY_STORE_URL", "").strip() or None
         if store_url is not None and not store_url.startswith(("postgresql://", "postgres://")):
             raise ConfigError(f"CONTEXT_PROXY_STORE_URL={store_url!r} is not a postgresql:// URL (unset means SQLite)")
-        models = _load_models(config_path, env) if config_path is not None else ()
+        config = _load_config(config_path) if config_path is not None else ConfigFile()
+        models = _routes(config, config_path or Path("-"), env)
+        allow = env.get("CONTEXT_PROXY_CONTRIBUTORS", "").strip()
         return cls(
             mode=mode,  # checked against MODES above
             data_dir=Path(env.get("SCIENCE_AGENT_DATA_DIR", "") or ".context-proxy"),
             store_url=store_url,
             master_key=env.get("CONTEXT_PROXY_MASTER_KEY") or None,
             models=models,
+            contributor_options=config.contributors,
+            contributor_allow=frozenset(n.strip() for n in allow.split(",") if n.strip()) if allow else None,
             context_window_tokens=_positive(env, "SCIENCE_AGENT_CONTEXT_WINDOW_TOKENS"),
             model_max_tokens=_positive(env, "MODEL_MAX_TOKENS"),
             output_reserve_tokens=_positive(env, "OUTPUT_RESERVE_TOKENS"),
@@ -170,7 +179,7 @@ def _percent(env: Mapping[str, str], name: str, default: int) -> int:
     return value
 
 
-def _load_models(path: Path, env: Mapping[str, str]) -> tuple[ModelRoute, ...]:
+def _load_config(path: Path) -> ConfigFile:
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -184,6 +193,10 @@ def _load_models(path: Path, env: Mapping[str, str]) -> tuple[ModelRoute, ...]:
             f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors(include_url=False)
         )
         raise ConfigError(f"config file {path}: {problems}") from None
+    return config
+
+
+def _routes(config: ConfigFile, path: Path, env: Mapping[str, str]) -> tuple[ModelRoute, ...]:
     seen: set[str] = set()
     routes = []
     for index, entry in enumerate(config.model_list):
