@@ -15,11 +15,12 @@ _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 def open_store(store_url: str | None, data_dir: Path, lock_timeout_seconds: float) -> SessionStore:
     """The configured store, not yet opened (the caller awaits ``open()``).
 
-    A ``postgresql://`` or ``postgres://`` URL selects PostgreSQL; anything else (normally nothing)
-    the SQLite file ``<data_dir>/sessions.sqlite3``, creating ``data_dir`` private to the user.
+    A ``postgresql://`` or ``postgres://`` URL selects PostgreSQL (its ``schema``, ``pool_size`` and
+    ``lock_connections`` query parameters configure the store, see ``proxy.session.postgres``); nothing
+    selects the SQLite file ``<data_dir>/sessions.sqlite3``, creating ``data_dir`` private to the user.
     """
     if store_url and store_url.startswith(_POSTGRES_SCHEMES):
-        return PostgresSessionStore(store_url, lock_timeout_seconds=lock_timeout_seconds)
+        return PostgresSessionStore.from_url(store_url, lock_timeout_seconds=lock_timeout_seconds)
     if store_url:
         raise ValueError(f"store URL {store_url!r} is not a postgresql:// URL (leave it unset for SQLite)")
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)

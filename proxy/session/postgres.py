@@ -3,6 +3,11 @@
 Queries use a pool; every write is one transaction. Turn locks are advisory locks held on a second
 pool's connections (see ``postgres_lock.py``). Tables live in one schema, named on the connections'
 search_path, so several deployments (or test runs) can share a database.
+
+The store URL (``CONTEXT_PROXY_STORE_URL``) may carry three options of ours as query parameters, which
+are taken out before the rest goes to asyncpg: ``schema`` (default ``context_proxy``), ``pool_size``
+(query connections, default 10) and ``lock_connections`` (turns one process can hold at once, default
+32), e.g. ``postgresql://proxy@db:5432/proxy?schema=team_a&pool_size=5``.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, contextmanager
 from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 
@@ -26,6 +32,13 @@ from proxy.session.store import (
 )
 
 T = TypeVar("T")
+
+DEFAULT_SCHEMA = "context_proxy"
+DEFAULT_POOL_SIZE = 10
+DEFAULT_LOCK_CONNECTIONS = 32
+# Our own query parameters. asyncpg would send any unknown one to the server as a run-time setting,
+# which the server rejects ("unrecognized configuration parameter"), so they must be taken out.
+_URL_OPTIONS = ("schema", "pool_size", "lock_connections")
 
 # The LATERAL ... LIMIT 1 step pins the walk to one primary-key lookup per message. A plain join lets
 # the planner, without statistics on a young table, hash-join a scan of the whole session per step:
@@ -66,10 +79,10 @@ class PostgresSessionStore:
         self,
         dsn: str,
         lock_timeout_seconds: float = 30.0,
-        schema: str = "context_proxy",
+        schema: str = DEFAULT_SCHEMA,
         *,
-        pool_size: int = 10,
-        lock_connections: int = 32,
+        pool_size: int = DEFAULT_POOL_SIZE,
+        lock_connections: int = DEFAULT_LOCK_CONNECTIONS,
     ) -> None:
         self.dsn = dsn
         self.lock_timeout_seconds = lock_timeout_seconds
@@ -77,6 +90,18 @@ class PostgresSessionStore:
         self.pool_size = pool_size
         self._turn_locks = AdvisoryTurnLocks(self.schema, lock_timeout_seconds, lock_connections)
         self._pool: Any = None
+
+    @classmethod
+    def from_url(cls, url: str, lock_timeout_seconds: float) -> PostgresSessionStore:
+        """A store for a ``postgresql://`` URL, honouring its ``schema``, ``pool_size`` and ``lock_connections``.
+
+        Raises ``ValueError`` naming the parameter when one of them is repeated or invalid.
+        """
+        dsn, options = split_url_options(url)
+        schema = options.get("schema", DEFAULT_SCHEMA)
+        pool_size = _positive_option(options, "pool_size", DEFAULT_POOL_SIZE)
+        lock_connections = _positive_option(options, "lock_connections", DEFAULT_LOCK_CONNECTIONS)
+        return cls(dsn, lock_timeout_seconds, schema, pool_size=pool_size, lock_connections=lock_connections)
 
     async def open(self) -> None:
         """Create the pools and apply pending migrations under an advisory lock."""
@@ -352,6 +377,30 @@ class PostgresSessionStore:
             )
         )
         return [SkillRef(row["name"], row["revision"], row["chain_hash"]) for row in rows]
+
+
+def split_url_options(url: str) -> tuple[str, dict[str, str]]:
+    """The URL without our query parameters (``schema``, ``pool_size``, ``lock_connections``), and those."""
+    parts = urlsplit(url)
+    kept: list[tuple[str, str]] = []
+    options: dict[str, str] = {}
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key not in _URL_OPTIONS:
+            kept.append((key, value))
+        elif key in options:
+            raise ValueError(f"store URL parameter {key!r} is given twice")
+        else:
+            options[key] = value
+    return urlunsplit(parts._replace(query=urlencode(kept))), options
+
+
+def _positive_option(options: Mapping[str, str], name: str, default: int) -> int:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or int(raw) <= 0:
+        raise ValueError(f"store URL parameter {name}={raw!r} is not a positive integer")
+    return int(raw)
 
 
 async def _is_ancestor(conn: Any, context_id: str, candidate: str, head: str, position: int) -> bool:

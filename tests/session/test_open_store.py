@@ -1,13 +1,16 @@
-"""``open_store`` picks the backend from the store URL."""
+"""``open_store`` picks the backend from the store URL, and the URL's options configure PostgreSQL."""
 
 from __future__ import annotations
 
 import sqlite3
 import stat
 from pathlib import Path
+from typing import Any
 
+import asyncpg
 import pytest
 
+from proxy.config import Settings
 from proxy.session import open_store
 from proxy.session.postgres import PostgresSessionStore
 from proxy.session.sqlite import SqliteSessionStore
@@ -50,3 +53,66 @@ def test_an_unknown_url_is_refused_rather_than_falling_back_to_a_local_file(tmp_
 def test_a_schema_name_that_would_need_quoting_is_refused() -> None:
     with pytest.raises(ValueError, match="schema name"):
         PostgresSessionStore("postgresql://u@db/proxy", schema='x"; DROP TABLE sessions; --')
+
+
+def test_store_url_options_configure_the_postgres_store_and_are_not_sent_to_the_server(tmp_path: Path) -> None:
+    url = "postgresql://u:p%40ss@db:5432/proxy?sslmode=disable&schema=team_a&pool_size=3&lock_connections=7"
+
+    store = open_store(url, tmp_path, lock_timeout_seconds=3.0)
+
+    assert isinstance(store, PostgresSessionStore)
+    assert (store.schema, store.pool_size, store._turn_locks.connections) == ("team_a", 3, 7)
+    # asyncpg would send unknown query parameters to the server as settings, which it rejects.
+    assert store.dsn == "postgresql://u:p%40ss@db:5432/proxy?sslmode=disable"
+
+
+def test_without_options_the_store_uses_its_defaults() -> None:
+    store = PostgresSessionStore.from_url("postgresql://u@db/proxy", lock_timeout_seconds=3.0)
+
+    assert (store.schema, store.pool_size, store._turn_locks.connections) == ("context_proxy", 10, 32)
+
+
+def test_the_settings_store_url_selects_the_schema(tmp_path: Path) -> None:
+    settings = Settings.from_env({"CONTEXT_PROXY_STORE_URL": "postgresql://u@db/proxy?schema=replica_test"})
+
+    store = open_store(settings.store_url, settings.data_dir, settings.session_lock_seconds)
+
+    assert isinstance(store, PostgresSessionStore)
+    assert store.schema == "replica_test"
+    assert store.lock_timeout_seconds == settings.session_lock_seconds
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("schema=Team-A", "schema name"),
+        ("pool_size=0", "pool_size='0' is not a positive integer"),
+        ("lock_connections=many", "lock_connections='many' is not a positive integer"),
+        ("schema=a&schema=b", "'schema' is given twice"),
+    ],
+)
+def test_bad_store_url_options_are_refused_naming_the_parameter(tmp_path: Path, query: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        open_store(f"postgresql://u@db/proxy?{query}", tmp_path, lock_timeout_seconds=3.0)
+
+
+@pytest.mark.postgres
+async def test_two_stores_opened_from_urls_naming_one_schema_share_it(pg_backend: Any, tmp_path: Path) -> None:
+    first = await pg_backend.open()
+    await first.reconcile("s", "main", [{"role": "user", "content": "hi"}])
+    assert isinstance(first, PostgresSessionStore)
+
+    other = open_store(f"{first.dsn}?schema={first.schema}", tmp_path, lock_timeout_seconds=3.0)
+    elsewhere = open_store(f"{first.dsn}?schema={first.schema}_other", tmp_path, lock_timeout_seconds=3.0)
+    pg_backend.opened += [other, elsewhere]  # closed by the fixture; the fixture drops only its own schema
+    await other.open()
+    await elsewhere.open()
+    try:
+        assert (await other.session("s")) is not None
+        assert (await elsewhere.session("s")) is None
+    finally:
+        conn = await asyncpg.connect(first.dsn)
+        try:
+            await conn.execute(f"DROP SCHEMA IF EXISTS {first.schema}_other CASCADE")
+        finally:
+            await conn.close()
