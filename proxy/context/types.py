@@ -90,7 +90,9 @@ class ContributionRequest:
 
     ``history`` is the model-visible canonical history (after compaction); ``state`` maps a structured
     channel name (``plan``, ``skills``, ``artifacts``...) to its current value; ``budget_tokens`` is the
-    effective input limit, so a contributor can size what it offers.
+    effective input limit, so a contributor can size what it offers. ``options`` maps a contributor ID to
+    the operator's options for it (the YAML config's ``contributors:`` section); each contributor
+    validates its own.
     """
 
     scope: Scope
@@ -103,6 +105,7 @@ class ContributionRequest:
     model: str = ""
     turn: int = 0
     budget_tokens: int = 0
+    options: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: _frozen_map(None))
 
     def __post_init__(self) -> None:
         # Contributors run concurrently on the same request: hand each a view it cannot mutate.
@@ -112,6 +115,9 @@ class ContributionRequest:
             value = getattr(self, name)
             if not isinstance(value, MappingProxyType):
                 object.__setattr__(self, name, _frozen_map(value))
+        # One level deeper than the others: each contributor's own options are a read-only view too.
+        options = {str(k): _frozen_map(v) for k, v in (self.options or {}).items()}
+        object.__setattr__(self, "options", MappingProxyType(options))
 
 
 @runtime_checkable
