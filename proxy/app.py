@@ -16,12 +16,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from proxy.config import Settings
+from proxy.config import Mode, Settings
 from proxy.errors import AuthenticationFailed, InvalidRequest, ModelNotFound, ProxyError, RequestTooLarge
 from proxy.identity import identify
-from proxy.runtime.assembly import Assembler, PassthroughAssembler
+from proxy.runtime.assembly import Assembler
 from proxy.runtime.provider import ProviderBackend
-from proxy.runtime.trace import TraceWriter
+from proxy.runtime.services import build_runner
 from proxy.runtime.turn import TurnResult, TurnRunner
 from proxy.session import open_store
 from proxy.session.store import SessionStore
@@ -61,10 +61,7 @@ def create_app(
 
             services.backend = LiteLLMBackend(timeout_seconds=settings.provider_timeout_seconds)
         model_map = getattr(services.backend, "model_map_limits", _unknown_model)
-        traces = TraceWriter(settings.resolved_trace_dir) if settings.trace_enabled else None
-        services.runner = TurnRunner(
-            settings, services.store, services.assembler or PassthroughAssembler(), services.backend, traces, model_map
-        )
+        services.runner = build_runner(settings, services.store, services.backend, model_map, services.assembler)
         try:
             yield
         finally:
@@ -83,7 +80,7 @@ def create_app(
         identity = identify(request.headers, body)
         if services.runner is None:
             raise ProxyError("The proxy is still starting.", status=503, code="starting")
-        result = await services.runner.run(body, identity, route)
+        result = await services.runner.run(body, identity, route, request.headers, _mode(request, settings))
         return _respond(result)
 
     async def list_models(request: Request) -> Response:
@@ -118,6 +115,16 @@ def create_app(
     ]
     handlers = {ProxyError: _proxy_error, HTTPException: _http_error, Exception: _unexpected_error}
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
+
+
+def _mode(request: Request, settings: Settings) -> Mode:
+    """The operator's mode, or shadow/legacy chosen per request when the operator allows it (debugging)."""
+    asked = request.headers.get("x-context-mode", "").strip().lower()
+    if not asked or not settings.allow_mode_header:
+        return settings.mode
+    if asked not in ("shadow", "legacy", "dynamic"):
+        raise InvalidRequest(f"x-context-mode {asked!r} is not one of dynamic, shadow, legacy.", param="x-context-mode")
+    return asked  # type: ignore[return-value]  # one of the three, checked above
 
 
 def _unknown_model(model: str) -> tuple[int | None, int | None]:

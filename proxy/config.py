@@ -87,6 +87,7 @@ class Settings:
     output_reserve_tokens: int | None = None
     pressure_percent: int = 80
     target_percent: int = 50
+    forced_percent: int = 35  # where the forced pass after a provider overflow aims
     summary_model: str | None = None
     trace_enabled: bool = False
     trace_dir: Path | None = None
@@ -96,6 +97,11 @@ class Settings:
     max_request_bytes: int = 32 * 1024 * 1024
     session_lock_seconds: int = 60
     provider_timeout_seconds: int = 600
+    max_tool_rounds: int = 4  # proxy-owned tool rounds per client request
+    allow_mode_header: bool = False  # let a request choose shadow or legacy with x-context-mode
+    max_history_messages: int | None = None  # the message-count cap (unset: none)
+    prompt_percent: int = 25  # the system prompt's share of the effective limit
+    message_percent: int = 10  # contributor messages' and attachments' share
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -119,15 +125,23 @@ class Settings:
         mode = env.get("SCIENCE_AGENT_CONTEXT_MODE", "").strip() or "dynamic"
         if mode not in MODES:
             raise ConfigError(f"SCIENCE_AGENT_CONTEXT_MODE={mode!r} is not one of {', '.join(MODES)}")
-        trace = env.get("SCIENCE_AGENT_CONTEXT_TRACE", "").strip().lower()
-        if trace not in ("", "0", "1", "true", "false", "yes", "no", "on", "off"):
-            raise ConfigError(f"SCIENCE_AGENT_CONTEXT_TRACE={trace!r} is not a boolean (use 1 or 0)")
         store_url = env.get("CONTEXT_PROXY_STORE_URL", "").strip() or None
         if store_url is not None and not store_url.startswith(("postgresql://", "postgres://")):
             raise ConfigError(f"CONTEXT_PROXY_STORE_URL={store_url!r} is not a postgresql:// URL (unset means SQLite)")
+        pressure = _percent(env, "SCIENCE_AGENT_CONTEXT_PRESSURE_PERCENT", 80)
+        target = _percent(env, "SCIENCE_AGENT_CONTEXT_TARGET_PERCENT", 50)
+        forced = _percent(env, "SCIENCE_AGENT_CONTEXT_FORCED_PERCENT", 35)
+        if not forced < target < pressure:
+            raise ConfigError(
+                "need SCIENCE_AGENT_CONTEXT_FORCED_PERCENT < SCIENCE_AGENT_CONTEXT_TARGET_PERCENT < "
+                f"SCIENCE_AGENT_CONTEXT_PRESSURE_PERCENT, got {forced} / {target} / {pressure}"
+            )
         config = _load_config(config_path) if config_path is not None else ConfigFile()
         models = _routes(config, config_path or Path("-"), env)
         allow = env.get("CONTEXT_PROXY_CONTRIBUTORS", "").strip()
+        summary_model = env.get("SCIENCE_AGENT_SUMMARY_MODEL", "").strip() or None
+        if summary_model is not None and models and summary_model not in {r.model_name for r in models}:
+            raise ConfigError(f"SCIENCE_AGENT_SUMMARY_MODEL={summary_model!r} is not a model_name of the config file")
         return cls(
             mode=mode,  # checked against MODES above
             data_dir=Path(env.get("SCIENCE_AGENT_DATA_DIR", "") or ".context-proxy"),
@@ -139,10 +153,11 @@ class Settings:
             context_window_tokens=_positive(env, "SCIENCE_AGENT_CONTEXT_WINDOW_TOKENS"),
             model_max_tokens=_positive(env, "MODEL_MAX_TOKENS"),
             output_reserve_tokens=_positive(env, "OUTPUT_RESERVE_TOKENS"),
-            pressure_percent=_percent(env, "SCIENCE_AGENT_CONTEXT_PRESSURE_PERCENT", 80),
-            target_percent=_percent(env, "SCIENCE_AGENT_CONTEXT_TARGET_PERCENT", 50),
-            summary_model=env.get("SCIENCE_AGENT_SUMMARY_MODEL") or None,
-            trace_enabled=trace in ("1", "true", "yes", "on"),
+            pressure_percent=pressure,
+            target_percent=target,
+            forced_percent=forced,
+            summary_model=summary_model,
+            trace_enabled=_flag(env, "SCIENCE_AGENT_CONTEXT_TRACE"),
             trace_dir=Path(env["SCIENCE_AGENT_CONTEXT_TRACE_DIR"])
             if env.get("SCIENCE_AGENT_CONTEXT_TRACE_DIR")
             else None,
@@ -151,10 +166,22 @@ class Settings:
             ),
             max_request_bytes=_positive(env, "CONTEXT_PROXY_MAX_REQUEST_BYTES") or cls.max_request_bytes,
             session_lock_seconds=_positive(env, "CONTEXT_PROXY_SESSION_LOCK_SECONDS") or cls.session_lock_seconds,
+            max_tool_rounds=_positive(env, "SCIENCE_AGENT_CONTEXT_MAX_TOOL_ROUNDS") or cls.max_tool_rounds,
+            allow_mode_header=_flag(env, "CONTEXT_PROXY_ALLOW_MODE_HEADER"),
+            max_history_messages=_positive(env, "SCIENCE_AGENT_CONTEXT_MAX_MESSAGES"),
+            prompt_percent=_percent(env, "SCIENCE_AGENT_CONTEXT_PROMPT_PERCENT", cls.prompt_percent),
+            message_percent=_percent(env, "SCIENCE_AGENT_CONTEXT_MESSAGE_PERCENT", cls.message_percent),
             provider_timeout_seconds=(
                 _positive(env, "CONTEXT_PROXY_PROVIDER_TIMEOUT_SECONDS") or cls.provider_timeout_seconds
             ),
         )
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw not in ("", "0", "1", "true", "false", "yes", "no", "on", "off"):
+        raise ConfigError(f"{name}={raw!r} is not a boolean (use 1 or 0)")
+    return raw in ("1", "true", "yes", "on")
 
 
 def _positive(env: Mapping[str, str], name: str) -> int | None:

@@ -7,6 +7,7 @@ implements the same port.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -25,6 +26,7 @@ class TurnRequest:
     route: ModelRoute
     limits: ModelLimits
     body: dict[str, Any]  # the client's request, as sent
+    headers: Mapping[str, str]
     reconciliation: Reconciliation
     turn: int
     forced: bool = False  # a forced pressure pass after a provider overflow
@@ -38,6 +40,7 @@ class Candidate:
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None
     record: dict[str, Any] = field(default_factory=dict)
+    proxy_tools: frozenset[str] = frozenset()  # proxy-owned tools offered in ``tools``
 
 
 class Assembler(Protocol):

@@ -6,18 +6,21 @@ two requests of one session never interleave their store updates.
 
 from __future__ import annotations
 
+import copy
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
-from proxy.config import ModelRoute, Settings
+from proxy.config import Mode, ModelRoute, Settings
 from proxy.errors import ContextOverflow, ProxyError, SessionConflict
 from proxy.identity import SessionIdentity
 from proxy.runtime.assembly import Assembler, Candidate, TurnRequest
 from proxy.runtime.limits import ModelLimits, ModelMapLookup, resolve_limits
 from proxy.runtime.provider import ProviderBackend
+from proxy.runtime.proxy_tools import ProxyToolbox
+from proxy.runtime.stream_buffer import accumulate, synthesize
 from proxy.runtime.trace import TraceWriter, redact_llm_input
 from proxy.session.store import SessionBusy, SessionStore
 
@@ -37,6 +40,35 @@ class TurnResult:
         return {"x-context-id": self.identity.context_id, "x-context-mode": self.mode}
 
 
+@dataclass
+class _Answer:
+    """One model call's answer: whole (a response, or a stream read to its end) or a live stream."""
+
+    proxy_tools: frozenset[str]  # proxy-owned tools the model was offered in this call
+    response: dict[str, Any] | None = None
+    buffered: list[dict[str, Any]] | None = None
+    live: AsyncIterator[dict[str, Any]] | None = None
+
+    @property
+    def message(self) -> dict[str, Any]:
+        if self.response is not None:
+            return dict(self.response["choices"][0]["message"])
+        return accumulate(self.buffered or [])
+
+    def proxy_calls(self) -> list[dict[str, Any]]:
+        """The calls of proxy-owned tools in this answer (none for a live stream: nothing was offered)."""
+        if self.live is not None or not self.proxy_tools:
+            return []
+        return [c for c in self.message.get("tool_calls") or [] if c["function"]["name"] in self.proxy_tools]
+
+
+class StepRecorder(Protocol):
+    """Stores a proxy-owned tool step so that later calls of the session see it in place."""
+
+    async def record_internal_step(self, context_id: str, anchor_hash: str, messages: list[dict[str, Any]]) -> None:
+        """Append ``messages`` after the message ``anchor_hash`` names."""
+
+
 class TurnRunner:
     """Runs turns against one store, one assembler and one provider backend."""
 
@@ -48,12 +80,16 @@ class TurnRunner:
         backend: ProviderBackend,
         traces: TraceWriter | None,
         model_map: ModelMapLookup,
+        toolbox: ProxyToolbox | None = None,
+        steps: StepRecorder | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.assembler = assembler
         self.backend = backend
         self.traces = traces
+        self.toolbox = toolbox
+        self.steps = steps
         self._model_map = model_map
         self._limits: dict[str, ModelLimits] = {}
 
@@ -69,7 +105,14 @@ class TurnRunner:
         if stated is not None and stated < limits.model_max_tokens:
             self._limits[route.model_name] = limits.with_model_max(stated, source="provider_error")
 
-    async def run(self, body: dict[str, Any], identity: SessionIdentity, route: ModelRoute) -> TurnResult:
+    async def run(
+        self,
+        body: dict[str, Any],
+        identity: SessionIdentity,
+        route: ModelRoute,
+        headers: Mapping[str, str] | None = None,
+        mode: Mode | None = None,
+    ) -> TurnResult:
         """Serve one validated request; the caller has already authorized and routed it."""
         stack = AsyncExitStack()
         try:
@@ -77,37 +120,68 @@ class TurnRunner:
         except SessionBusy as exc:
             raise SessionConflict(str(exc)) from exc
         try:
-            result = await self._run_locked(stack, body, identity, route)
+            result = await self._run_locked(stack, body, identity, route, headers or {}, mode or self.settings.mode)
         except BaseException:
             await stack.aclose()
             raise
-        if result.chunks is None:
-            await stack.aclose()  # a stream releases the lock when it ends
+        if result.chunks is None or not isinstance(result.chunks, _LiveStream):
+            await stack.aclose()  # only a live stream still needs the lock; it releases it when it ends
         return result
 
     async def _run_locked(
-        self, stack: AsyncExitStack, body: dict[str, Any], identity: SessionIdentity, route: ModelRoute
+        self,
+        stack: AsyncExitStack,
+        body: dict[str, Any],
+        identity: SessionIdentity,
+        route: ModelRoute,
+        headers: Mapping[str, str],
+        mode: Mode,
     ) -> TurnResult:
-        mode = self.settings.mode
         reconciliation = await self.store.reconcile(identity.context_id, identity.scope, body["messages"])
         turn = await self.store.next_turn(identity.context_id)
-        request = TurnRequest(identity, mode, route, self.limits_for(route), body, reconciliation, turn)
+        request = TurnRequest(identity, mode, route, self.limits_for(route), body, headers, reconciliation, turn)
         result = TurnResult(identity=identity, mode=mode)
+        rounds = 0
+        while True:
+            answer = await self._call(request, stack)
+            calls = answer.proxy_calls()
+            if not calls:
+                return _deliver(result, answer)
+            if rounds >= self.settings.max_tool_rounds:
+                return _deliver(result, _without_proxy_calls(answer, self.settings.max_tool_rounds))
+            rounds += 1
+            await self._run_proxy_step(request, answer.message, calls)
+            # Each proxy-owned round is a model call of its own: its own turn number and trace file.
+            request = replace(request, turn=await self.store.next_turn(identity.context_id))
+
+    async def _run_proxy_step(self, request: TurnRequest, message: dict[str, Any], calls: list[dict[str, Any]]) -> None:
+        """Run the proxy-owned calls and store the step. Client calls made in the same answer are dropped:
+        the model made them without the results it asked for, and it is asked again right away."""
+        assert self.toolbox is not None and self.steps is not None  # proxy tools are offered only with both
+        context_id = request.identity.context_id
+        step: list[dict[str, Any]] = [{"role": "assistant", "content": message.get("content"), "tool_calls": calls}]
+        for call in calls:
+            result = await self.toolbox.run(context_id, call)
+            step.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+        await self.steps.record_internal_step(context_id, request.reconciliation.head_hash, step)
+
+    async def _call(self, request: TurnRequest, stack: AsyncExitStack) -> _Answer:
+        """One model call; after a normalized overflow in dynamic mode, one forced retry."""
         try:
-            return await self._attempt(request, result, stack, recovery=0)
+            return await self._attempt(request, stack, recovery=0)
         except ContextOverflow as overflow:
-            if mode != "dynamic":
+            if request.mode != "dynamic":
                 raise
-            return await self._retry_after_overflow(request, result, stack, overflow)
+            return await self._retry_after_overflow(request, stack, overflow)
 
     async def _retry_after_overflow(
-        self, request: TurnRequest, result: TurnResult, stack: AsyncExitStack, overflow: ContextOverflow
-    ) -> TurnResult:
+        self, request: TurnRequest, stack: AsyncExitStack, overflow: ContextOverflow
+    ) -> _Answer:
         """Exactly one retry, after one forced pressure pass; a second overflow is surfaced, never looped."""
         self._remember_stated_limit(request.route, overflow.limit)
         forced = replace(request, limits=self.limits_for(request.route), forced=True, stated_limit=overflow.limit)
         try:
-            return await self._attempt(forced, result, stack, recovery=1, reason=overflow.provider_message)
+            return await self._attempt(forced, stack, recovery=1, reason=overflow.provider_message)
         except ContextOverflow as second:
             raise ContextOverflow(
                 "The request still exceeds the model's context window after one forced compaction retry: "
@@ -116,31 +190,34 @@ class TurnRunner:
                 provider_message=second.provider_message,
             ) from second
 
-    async def _attempt(
-        self, request: TurnRequest, result: TurnResult, stack: AsyncExitStack, recovery: int, reason: str = ""
-    ) -> TurnResult:
+    async def _attempt(self, request: TurnRequest, stack: AsyncExitStack, recovery: int, reason: str = "") -> _Answer:
         """Assemble (unless legacy), call the provider once, and trace this attempt."""
         mode = request.mode
         candidate = None if mode == "legacy" else await self.assembler.assemble(request)
-        llm_input = build_llm_input(request.body, request.route, candidate if mode == "dynamic" else None)
+        sent = candidate if mode == "dynamic" else None
+        llm_input = build_llm_input(request.body, request.route, sent)
         record = _trace_record(request, candidate, llm_input)
         if recovery:
             record["recovery"] = {"attempt": recovery, "reason": "provider_context_overflow", "providerMessage": reason}
+        answer = _Answer(proxy_tools=sent.proxy_tools if sent is not None else frozenset())
         started = time.perf_counter()
         try:
-            if request.body.get("stream"):
-                chunks = await self.backend.stream(llm_input)
-                result.chunks = self._finish_stream(chunks, stack, request, record, recovery)
+            if not request.body.get("stream"):
+                answer.response = await self.backend.complete(llm_input)
+            elif answer.proxy_tools:
+                answer.buffered = [chunk async for chunk in await self.backend.stream(llm_input)]
             else:
-                result.response = await self.backend.complete(llm_input)
+                chunks = await self.backend.stream(llm_input)
+                answer.live = _LiveStream(self._finish_stream(chunks, stack, request, record, recovery))
+                return answer  # its trace is written when the stream ends
         except ProxyError as exc:
             record["providerError"] = exc.body()["error"]
-            self._write_trace(request, record, recovery)
             raise
-        record["providerMs"] = round((time.perf_counter() - started) * 1000, 3)
-        if result.chunks is None:
-            self._write_trace(request, record, recovery)
-        return result
+        finally:
+            record["providerMs"] = round((time.perf_counter() - started) * 1000, 3)
+            if answer.live is None:
+                self._write_trace(request, record, recovery)
+        return answer
 
     async def _finish_stream(
         self,
@@ -167,6 +244,55 @@ class TurnRunner:
     def _write_trace(self, request: TurnRequest, record: dict[str, Any], recovery: int) -> None:
         if self.traces is not None:
             self.traces.write(request.identity.context_id, request.turn, record, recovery=recovery)
+
+
+class _LiveStream(AsyncIterator[dict[str, Any]]):
+    """Marks the one kind of answer that still holds the session lock while the client reads it."""
+
+    def __init__(self, chunks: AsyncIterator[dict[str, Any]]) -> None:
+        self._chunks = chunks
+
+    async def __anext__(self) -> dict[str, Any]:
+        return await self._chunks.__anext__()
+
+    async def aclose(self) -> None:
+        aclose = getattr(self._chunks, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+def _deliver(result: TurnResult, answer: _Answer) -> TurnResult:
+    if answer.response is not None:
+        result.response = answer.response
+    elif answer.buffered is not None:
+        result.chunks = _replay(answer.buffered)
+    else:
+        result.chunks = answer.live
+    return result
+
+
+async def _replay(chunks: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    for chunk in chunks:
+        yield chunk
+
+
+def _without_proxy_calls(answer: _Answer, rounds: int) -> _Answer:
+    """The answer with its proxy-owned calls removed: the client must never see a tool it does not know."""
+    message = answer.message
+    kept = [c for c in message.get("tool_calls") or [] if c["function"]["name"] not in answer.proxy_tools]
+    message.pop("tool_calls", None)
+    if kept:
+        message["tool_calls"] = kept
+    elif not message.get("content"):
+        message["content"] = f"[context-proxy: the model was still calling proxy-owned tools after {rounds} rounds]"
+    if answer.response is not None:
+        response = copy.deepcopy(answer.response)
+        response["choices"][0]["message"] = {**response["choices"][0]["message"], **message}
+        if not kept:
+            response["choices"][0]["message"].pop("tool_calls", None)
+        response["choices"][0]["finish_reason"] = "tool_calls" if kept else "stop"
+        return _Answer(answer.proxy_tools, response=response)
+    return _Answer(answer.proxy_tools, buffered=synthesize(answer.buffered or [], message))
 
 
 def build_llm_input(body: dict[str, Any], route: ModelRoute, candidate: Candidate | None) -> dict[str, Any]:

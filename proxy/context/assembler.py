@@ -1,0 +1,253 @@
+"""The assembly pipeline: the one place that knows the order of the stages (SPEC.md).
+
+canonical history -> message-count compaction -> collect_detailed -> apply_context_budget -> renderer
+-> token pressure + HistoryCompactor -> re-collect if the visible history changed -> composer (with
+the atomic window) -> validator -> model input.
+
+Pure: the caller loads the session (history, checkpoints, state) and persists what comes back
+(a new checkpoint, the previewed references); the model is reached only through the ``Summarizer``
+port. Contributor output is call-local and never enters the history handed back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.context.budget import BudgetResult, apply_context_budget
+from proxy.context.checkpoint import Checkpoint
+from proxy.context.collector import Collection, collect_detailed
+from proxy.context.compactor import CompactionResult, HistoryCompactor, HistoryRecord, Summarizer
+from proxy.context.composer import DefaultContextMessageComposer
+from proxy.context.message_count import apply_message_count_cap
+from proxy.context.registry import ContextContributorRegistry
+from proxy.context.renderer import DeterministicSystemPromptRenderer, RenderedPrompt
+from proxy.context.types import ContributionRequest, Scope, TokenEstimator
+from proxy.context.validator import ContextValidator
+from proxy.context.window import AtomicHistoryWindowPolicy, WindowResult
+
+_CLIENT_INSTRUCTION_ROLES = ("system", "developer")
+
+
+@dataclass(frozen=True)
+class AssemblerConfig:
+    """Budgets as percentages of the effective input limit, and the optional message-count cap."""
+
+    prompt_percent: int = 25  # the system prompt's share
+    message_percent: int = 10  # contributor messages and attachments
+    max_history_messages: int | None = None
+    contributor_timeout_seconds: float = 5.0
+
+
+@dataclass(frozen=True)
+class AssemblyInput:
+    """One call's inputs, loaded by the caller."""
+
+    scope: Scope
+    context_id: str
+    model: str
+    turn: int
+    history: Sequence[HistoryRecord]  # the canonical history, oldest first
+    tools: Sequence[Mapping[str, Any]]  # exactly the tools the model will be offered
+    limit: int  # the effective input limit in tokens
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
+    state: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    checkpoints: Sequence[Checkpoint] = ()
+    previewed_refs: Sequence[str] = ()
+    forced: bool = False
+    stated_limit: int | None = None
+    output_reserve: int = 0
+
+
+@dataclass(frozen=True)
+class AssemblyOutput:
+    """The model input, what the caller must persist, and the trace of every stage."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    new_checkpoint: Checkpoint | None
+    previewed_refs: tuple[str, ...]
+    visible_history: tuple[dict[str, Any], ...]  # the history after compaction, before the window
+    trace: dict[str, Any]
+
+
+class ContextAssembler:
+    """Runs the stages for one call. Holds no per-session state; the registry for a scope is frozen."""
+
+    def __init__(
+        self,
+        registries: Callable[[Scope], ContextContributorRegistry],
+        estimator: TokenEstimator,
+        compactor: HistoryCompactor | None = None,
+        config: AssemblerConfig | None = None,
+    ) -> None:
+        self._registries = registries
+        self._estimator = estimator
+        self._compactor = compactor or HistoryCompactor()
+        self._config = config or AssemblerConfig()
+
+    async def assemble(self, inp: AssemblyInput, summarizer: Summarizer | None = None) -> AssemblyOutput:
+        """Assemble one call's input; raises ``AssemblyFailed`` when the minimum does not fit."""
+        started = time.perf_counter()
+        registry = self._registries(inp.scope)
+        records = list(inp.history)
+        # The identity contributor renders the client's leading system/developer messages into the
+        # stable prompt; without one they stay in the history rather than being lost.
+        instructions = _leading_instructions(records) if _has_identity(registry) else 0
+        cap = apply_message_count_cap([r.message for r in records[instructions:]], self._config.max_history_messages)
+        kept = [records[instructions + i] for i in cap.kept_indices]
+        history = [r.message for r in kept]
+
+        # Contributors see the client's instructions where the client put them, then the visible history.
+        leading = [r.message for r in records[:instructions]]
+        collection = await self._collect(registry, inp, leading + history)
+        admitted, prompt = self._admit(collection, inp.limit)
+        fixed = self._fixed_tokens(prompt, admitted, inp.tools)
+        compaction = await self._compactor.compact(
+            kept,
+            limit=inp.limit,
+            estimator=self._estimator,
+            summarizer=summarizer,
+            fixed_tokens=fixed,
+            checkpoints=inp.checkpoints,
+            previewed_refs=inp.previewed_refs,
+            forced=inp.forced,
+            stated_limit=inp.stated_limit,
+            output_reserve=inp.output_reserve,
+        )
+        recollected = list(compaction.messages) != history
+        if recollected:
+            collection = await self._collect(registry, inp, leading + list(compaction.messages))
+            admitted, prompt = self._admit(collection, inp.limit)
+            fixed = self._fixed_tokens(prompt, admitted, inp.tools)
+
+        window_history, checkpoint_message = compaction.history_and_checkpoint
+        composer = DefaultContextMessageComposer()
+        window = AtomicHistoryWindowPolicy().apply(
+            window_history, limit_tokens=inp.limit - fixed, estimator=self._estimator, checkpoint=checkpoint_message
+        )
+        composed = composer.compose(
+            prompt.text, window.messages, admitted.messages, admitted.attachments, section_ids=prompt.section_ids
+        )
+        estimated = ContextValidator().validate(
+            composed, limit_tokens=inp.limit, estimator=self._estimator, tools=inp.tools
+        )
+        trace = _trace(inp, collection, admitted, prompt, compaction, window, composed.messages, recollected)
+        trace["cap"] = {"droppedMessages": cap.dropped_messages, "max": self._config.max_history_messages}
+        trace["estimatedTokens"] = estimated
+        trace["assemblyMs"] = round((time.perf_counter() - started) * 1000, 3)
+        return AssemblyOutput(
+            messages=[dict(m) for m in composed.messages],
+            tools=[dict(t) for t in inp.tools],
+            new_checkpoint=compaction.checkpoint if compaction.new_checkpoint else None,
+            previewed_refs=compaction.previewed_refs,
+            visible_history=compaction.messages,
+            trace=trace,
+        )
+
+    async def _collect(
+        self,
+        registry: ContextContributorRegistry,
+        inp: AssemblyInput,
+        history: Sequence[Mapping[str, Any]],
+    ) -> Collection:
+        request = ContributionRequest(
+            scope=inp.scope,
+            context_id=inp.context_id,
+            history=history,
+            tools=inp.tools,
+            metadata=inp.metadata,
+            headers=inp.headers,
+            state=inp.state,
+            model=inp.model,
+            turn=inp.turn,
+            budget_tokens=inp.limit,
+            options=inp.options,
+        )
+        return await collect_detailed(registry, request, timeout=self._config.contributor_timeout_seconds)
+
+    def _admit(self, collection: Collection, limit: int) -> tuple[BudgetResult, RenderedPrompt]:
+        prompt_budget = max(1, limit * self._config.prompt_percent // 100)
+        message_budget = max(1, limit * self._config.message_percent // 100)
+        admitted = apply_context_budget(collection, prompt_budget, message_budget, self._estimator)
+        return admitted, DeterministicSystemPromptRenderer().render(admitted.sections)
+
+    def _fixed_tokens(self, prompt: RenderedPrompt, admitted: BudgetResult, tools: Sequence[Mapping[str, Any]]) -> int:
+        """What the call costs besides the history: system prompt, tool schemas, contributed messages."""
+        hidden = DefaultContextMessageComposer().hidden_messages(admitted.messages, admitted.attachments)
+        prompt_cost = self._estimator.count_message({"role": "system", "content": prompt.text}) if prompt.text else 0
+        tool_cost = self._estimator.count_tools(tools) if tools else 0
+        return prompt_cost + tool_cost + sum(self._estimator.count_message(m) for m in hidden)
+
+
+def _has_identity(registry: ContextContributorRegistry) -> bool:
+    return any(contributor.id == "identity" for contributor in registry)
+
+
+def _leading_instructions(records: Sequence[HistoryRecord]) -> int:
+    count = 0
+    for record in records:
+        if record.message.get("role") not in _CLIENT_INSTRUCTION_ROLES:
+            break
+        count += 1
+    return count
+
+
+def _trace(
+    inp: AssemblyInput,
+    collection: Collection,
+    admitted: BudgetResult,
+    prompt: RenderedPrompt,
+    compaction: CompactionResult,
+    window: WindowResult,
+    messages: Sequence[Mapping[str, Any]],
+    recollected: bool,
+) -> dict[str, Any]:
+    """The stage records a schema-v5 trace holds (the runtime adds mode, budgets and llmInput)."""
+    compaction_trace = compaction.trace.to_trace()
+    compaction_trace["newCheckpoint"] = compaction.new_checkpoint
+    compaction_trace["recollected"] = recollected
+    if inp.forced:
+        compaction_trace["recovery"] = {"reason": "provider_context_overflow", "statedLimit": inp.stated_limit}
+    return {
+        "contributors": [
+            {
+                "id": run.contributor_id,
+                "status": run.status,
+                "durationMs": run.duration_ms,
+                "error": run.error,
+                "rawOutput": _plain(run.raw_output),
+            }
+            for run in collection.runs
+        ],
+        "collection": _plain(
+            {"sections": collection.sections, "messages": collection.messages, "attachments": collection.attachments}
+        ),
+        "admitted": admitted.to_trace(),
+        "renderedContext": {
+            "prompt": prompt.text,
+            "sectionIds": list(prompt.section_ids),
+            "callHistory": [dict(m) for m in messages],
+            "tools": [dict(t) for t in inp.tools],
+            "window": window.to_trace(),
+        },
+        "compaction": compaction_trace,
+    }
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready data from dataclasses, tuples and mappings (contributors may return either)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return repr(value)

@@ -1,0 +1,124 @@
+"""The runtime's ``Assembler`` for dynamic and shadow modes: loads the session, runs the pipeline,
+persists what the pipeline decided (a new checkpoint, which bodies are previewed).
+
+Proxy-owned tool steps are not in the client's history (the client never saw them); they are stored
+anchored at the message they followed and put back in place here, so the model keeps seeing them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.canonical import chain_hash
+from proxy.config import ModelRoute, Settings
+from proxy.context.assembler import AssemblyInput, ContextAssembler
+from proxy.context.checkpoint import Checkpoint
+from proxy.runtime.assembly import Candidate, TurnRequest
+from proxy.runtime.provider import ProviderBackend
+from proxy.runtime.proxy_tools import ProxyToolbox
+from proxy.runtime.summarizer import ModelSummarizer
+from proxy.session.store import SessionStore
+
+SESSION_WIDE = ""  # the chain hash under which session-wide state (not tied to a prefix) is kept
+PREVIEWED_REFS = "compaction.previewed_refs"
+INTERNAL_ANCHORS = "internal_steps.anchors"
+
+
+@dataclass(frozen=True)
+class HistoryItem:
+    """A history message with what the compactor needs to know about it."""
+
+    message: dict[str, Any]
+    chain_hash: str
+    tool_output_ref: str | None = None
+
+
+class DynamicAssembler:
+    """Assembles a turn's model input from the store through the context pipeline."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: SessionStore,
+        pipeline: ContextAssembler,
+        toolbox: ProxyToolbox,
+        backend: ProviderBackend,
+        summary_route: Callable[[ModelRoute], ModelRoute],
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._pipeline = pipeline
+        self._toolbox = toolbox
+        self._backend = backend
+        self._summary_route = summary_route
+
+    async def assemble(self, request: TurnRequest) -> Candidate:
+        """The assembled candidate for this turn; also persists checkpoints and previewed references."""
+        context_id = request.identity.context_id
+        history = await self.history(context_id, request.reconciliation.head_hash)
+        client_tools = list(request.body.get("tools") or [])
+        proxy_tools = self._toolbox.offered([item.message for item in history], client_tools)
+        tools = client_tools + [tool.schema for tool in proxy_tools]
+        stored = await self._store.checkpoints(context_id)
+        previewed = await self._store.state(context_id, SESSION_WIDE, PREVIEWED_REFS) or []
+        limits = request.limits
+        summarizer = ModelSummarizer(self._backend, self._summary_route(request.route))
+        output = await self._pipeline.assemble(
+            AssemblyInput(
+                scope=request.identity.scope,
+                context_id=context_id,
+                model=request.route.model_name,
+                turn=request.turn,
+                history=history,
+                tools=tools,
+                limit=limits.effective_input_tokens,
+                metadata=_mapping(request.body.get("metadata")),
+                headers=request.headers,
+                options=self._settings.contributor_options,
+                checkpoints=[Checkpoint.from_record(record) for record in stored.values()],
+                previewed_refs=list(previewed),
+                forced=request.forced,
+                stated_limit=request.stated_limit,
+                output_reserve=limits.output_reserve_tokens,
+            ),
+            summarizer,
+        )
+        if output.new_checkpoint is not None:
+            checkpoint = output.new_checkpoint
+            await self._store.put_checkpoint(context_id, checkpoint.covers_hash, checkpoint.to_record())
+        if list(output.previewed_refs) != list(previewed):
+            await self._store.put_state(context_id, SESSION_WIDE, PREVIEWED_REFS, list(output.previewed_refs))
+        record = {"path": "dynamic", **output.trace, "summarizerCalls": summarizer.calls}
+        return Candidate(
+            messages=output.messages,
+            tools=output.tools or None,
+            record=record,
+            proxy_tools=frozenset(tool.name for tool in proxy_tools),
+        )
+
+    async def history(self, context_id: str, head_hash: str) -> list[HistoryItem]:
+        """The canonical history of the branch ending at ``head_hash``, with proxy-owned steps in place."""
+        transcript = await self._store.transcript(context_id, head_hash)
+        anchors = set(await self._store.state(context_id, SESSION_WIDE, INTERNAL_ANCHORS) or [])
+        items: list[HistoryItem] = []
+        for stored in transcript:
+            items.append(HistoryItem(stored.message, stored.chain_hash, stored.tool_output_ref))
+            if stored.chain_hash in anchors:
+                previous = stored.chain_hash
+                for step in await self._store.internal_steps(context_id, stored.chain_hash):
+                    previous = chain_hash(previous, step)  # a stable name, so checkpoints can cover it
+                    items.append(HistoryItem(step, previous))
+        return items
+
+    async def record_internal_step(self, context_id: str, anchor_hash: str, messages: list[dict[str, Any]]) -> None:
+        """Store a proxy-owned tool step after ``anchor_hash`` so later calls see it in place."""
+        await self._store.put_internal_steps(context_id, anchor_hash, messages)
+        anchors = list(await self._store.state(context_id, SESSION_WIDE, INTERNAL_ANCHORS) or [])
+        if anchor_hash not in anchors:
+            await self._store.put_state(context_id, SESSION_WIDE, INTERNAL_ANCHORS, [*anchors, anchor_hash])
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}

@@ -1,0 +1,60 @@
+"""Builds the turn runner from the settings: the contributor registries, the pipeline, the tools.
+
+Everything is composed once at start-up; the registries are frozen, so no package can change them
+while sessions run.
+"""
+
+from __future__ import annotations
+
+from proxy.config import ModelRoute, Settings
+from proxy.context.assembler import AssemblerConfig, ContextAssembler
+from proxy.context.compactor import CompactionConfig, HistoryCompactor
+from proxy.context.estimators import CachingEstimator, ConservativeTokenEstimator
+from proxy.context.pressure import PressureConfig
+from proxy.context.registry import ContextContributorRegistry, discover_factories
+from proxy.context.types import SCOPES
+from proxy.runtime.assembly import Assembler
+from proxy.runtime.dynamic import DynamicAssembler
+from proxy.runtime.limits import ModelMapLookup
+from proxy.runtime.provider import ProviderBackend
+from proxy.runtime.proxy_tools import ProxyToolbox, read_tool_output_tool
+from proxy.runtime.trace import TraceWriter
+from proxy.runtime.turn import TurnRunner
+from proxy.session.store import SessionStore
+
+
+def build_runner(
+    settings: Settings,
+    store: SessionStore,
+    backend: ProviderBackend,
+    model_map: ModelMapLookup,
+    assembler: Assembler | None = None,
+) -> TurnRunner:
+    """The runner for these settings; ``assembler`` replaces the dynamic pipeline (tests)."""
+    allow = set(settings.contributor_allow) if settings.contributor_allow is not None else None
+    factories = discover_factories(allow)
+    registries = {scope: ContextContributorRegistry(scope, factories) for scope in SCOPES}
+    compactor = HistoryCompactor(
+        CompactionConfig(
+            pressure=PressureConfig(settings.pressure_percent, settings.target_percent, settings.forced_percent)
+        )
+    )
+    pipeline = ContextAssembler(
+        registries=lambda scope: registries[scope],
+        estimator=CachingEstimator(ConservativeTokenEstimator()),
+        compactor=compactor,
+        config=AssemblerConfig(
+            prompt_percent=settings.prompt_percent,
+            message_percent=settings.message_percent,
+            max_history_messages=settings.max_history_messages,
+        ),
+    )
+    toolbox = ProxyToolbox([read_tool_output_tool(store)])
+
+    def summary_route(request_route: ModelRoute) -> ModelRoute:
+        chosen = settings.route(settings.summary_model) if settings.summary_model else None
+        return chosen or request_route
+
+    dynamic = DynamicAssembler(settings, store, pipeline, toolbox, backend, summary_route)
+    traces = TraceWriter(settings.resolved_trace_dir) if settings.trace_enabled else None
+    return TurnRunner(settings, store, assembler or dynamic, backend, traces, model_map, toolbox, dynamic)

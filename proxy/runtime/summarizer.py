@@ -1,0 +1,44 @@
+"""The checkpoint summarizer: the compactor's ``Summarizer`` port, backed by a real model call.
+
+The call goes through the same provider backend as every turn, to the model named by
+``SCIENCE_AGENT_SUMMARY_MODEL`` (default: the request's model). Its failures, overflow included, are
+raised to the compactor, which records them and keeps the deterministic trimming: a summarizer
+overflow is handled within the compactor's bound, never by recursing into another compaction.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from proxy.config import ModelRoute
+from proxy.errors import ProxyError
+from proxy.runtime.provider import ProviderBackend
+from proxy.runtime.trace import redact_llm_input
+
+
+class ModelSummarizer:
+    """Summarizes with one non-streaming call per attempt, recording each call for the trace."""
+
+    def __init__(self, backend: ProviderBackend, route: ModelRoute) -> None:
+        self._backend = backend
+        self._route = route
+        self.calls: list[dict[str, Any]] = []
+
+    async def summarize(self, messages: Sequence[dict[str, Any]]) -> str:
+        """The model's checkpoint text for the summarization ``messages``."""
+        llm_input = {**self._route.litellm_params, "messages": list(messages)}
+        record: dict[str, Any] = {"model": self._route.model_name, "llmInput": redact_llm_input(llm_input)}
+        self.calls.append(record)
+        started = time.perf_counter()
+        try:
+            response = await self._backend.complete(llm_input)
+        except ProxyError as exc:
+            record["error"] = exc.body()["error"]
+            raise
+        finally:
+            record["providerMs"] = round((time.perf_counter() - started) * 1000, 3)
+        content = response["choices"][0]["message"].get("content") or ""
+        record["checkpointChars"] = len(content)
+        return str(content)
