@@ -56,6 +56,9 @@ DEFAULT_RECORD_TOOLS: Mapping[str, tuple[str, ...]] = {
 }
 # The header run_read_skill puts on a body; the revision recorded in a durable skill reference.
 SKILL_HEADER = re.compile(r'\s*<skill name="(?P<name>[^"]+)" revision="(?P<revision>[^"]+)">')
+# A read_skill answer that points back at a body still in context instead of repeating it: it is not a
+# reference of its own (the earlier result stays the one whose visibility counts).
+SKILL_ALREADY_LOADED = "Skill already in context:"
 _MAX_DIAGNOSTICS = 20
 _MAX_LIST_ITEMS = 20
 
@@ -253,6 +256,8 @@ def plan_problem(arguments: Any) -> str:
 
 
 def _skill_reference(call: DeclaredCall, text: str) -> dict[str, Any] | None:
+    if text.startswith(SKILL_ALREADY_LOADED):
+        return None
     header = SKILL_HEADER.match(text)
     asked = call.arguments.get("name") if isinstance(call.arguments, Mapping) else None
     name = header.group("name") if header else asked

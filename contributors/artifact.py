@@ -1,0 +1,21 @@
+"""Artifact projection: what the run wrote (``write_artifact``, ``save_artifact`` by default), as a hidden
+data message. All scopes: a reviewer reviews artifacts, a subagent builds on them.
+
+Options: ``tools``: list of tool names replacing the defaults.
+"""
+
+from __future__ import annotations
+
+from contributors.base import Factory
+from contributors.projection import RecordProjection
+from proxy.context.state import ARTIFACT
+
+
+class Artifact(RecordProjection):
+    """The ``artifact.state`` hidden message."""
+
+    id = "artifact"
+    channel = ARTIFACT
+
+
+factory = Factory(Artifact)

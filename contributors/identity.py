@@ -1,0 +1,47 @@
+"""Identity (protected): who the agent is, in the client's own words.
+
+The section holds the operator's identity text, if any, then every ``system`` and ``developer`` message
+of the client's history, verbatim and in order. The assembler should therefore not send those messages
+a second time in the windowed history.
+
+Options (``contributors: {identity: {...}}``):
+    text: str, optional operator identity text placed before the client's messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from contributors.base import BuiltinContributor, Factory, text_option
+from proxy.canonical import content_text
+from proxy.context.types import ContributionRequest, ContributorOutput, Section
+
+IDENTITY_ROLES = ("system", "developer")
+SLOT = 0
+
+
+class Identity(BuiltinContributor):
+    """The protected identity section."""
+
+    id = "identity"
+    protected = True
+    option_keys = frozenset({"text"})
+
+    @classmethod
+    def check_options(cls, raw: Mapping[str, Any]) -> None:
+        """``text`` must be a string."""
+        text_option(raw, cls.id, "text")
+
+    async def contribute(self, request: ContributionRequest) -> ContributorOutput:
+        """One section: operator text, then the client's system/developer messages verbatim."""
+        parts = [text_option(self.options(request), self.id, "text")]
+        parts += [content_text(m.get("content")) for m in request.history if m.get("role") in IDENTITY_ROLES]
+        parts = [p for p in parts if p.strip()]
+        if not parts:
+            return ContributorOutput()
+        section = Section("identity", "\n\n".join(parts), slot=SLOT, protected=True, title="Identity")
+        return ContributorOutput(sections=(section,))
+
+
+factory = Factory(Identity)
