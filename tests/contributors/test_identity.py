@@ -1,0 +1,49 @@
+"""Identity: the client's system and developer messages verbatim, plus operator text, protected."""
+
+from __future__ import annotations
+
+import pytest
+
+from contributors.base import OptionsError
+from contributors.identity import factory
+from proxy.context.budget import apply_context_budget
+from proxy.context.estimators import ConservativeTokenEstimator
+from proxy.errors import AssemblyFailed
+
+SYSTEM = "You are Ada, a careful lab assistant.\n  Keep units SI.  "
+
+
+async def test_client_messages_verbatim_after_operator_text(collect) -> None:
+    history = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "hi"},
+        {"role": "developer", "content": [{"type": "text", "text": "Answer in English."}]},
+    ]
+    collection = await collect(history=history, options={"identity": {"text": "Operated by ACME."}})
+    (section,) = [s for s in collection.sections if s.id == "identity"]
+    assert section.protected and section.source == "identity"
+    assert section.text == f"Operated by ACME.\n\n{SYSTEM}\n\nAnswer in English."
+    assert "hi" not in section.text
+
+
+async def test_no_identity_no_section(collect) -> None:
+    collection = await collect(history=[{"role": "user", "content": "hi"}])
+    assert "identity" not in [s.id for s in collection.sections]
+
+
+async def test_protected_identity_is_never_cut_the_assembly_fails_instead(collect) -> None:
+    history = [{"role": "system", "content": "rule " * 400}]
+    collection = await collect(history=history)
+    estimator = ConservativeTokenEstimator()
+    admitted = apply_context_budget(collection, 5000, 500, estimator)
+    identity = {s.id: s.text for s in collection.sections}["identity"]
+    assert {s.id: s.text for s in admitted.sections}["identity"] == identity
+    with pytest.raises(AssemblyFailed, match="identity"):
+        apply_context_budget(collection, 100, 500, estimator)
+
+
+def test_bad_option_names_the_key() -> None:
+    with pytest.raises(OptionsError, match=r"contributors\.identity\.text"):
+        factory.validate_options({"text": 3})
+    with pytest.raises(OptionsError, match="unknown option"):
+        factory.validate_options({"txt": "x"})
