@@ -1,0 +1,228 @@
+"""Render the benchmark report as Markdown, with each goal marked met or missed and by how much."""
+
+from __future__ import annotations
+
+from typing import Any
+
+WARM_GOAL_MS = 20.0
+LINEAR_TOLERANCE = 1.15  # growth exponent allowed before "linear or better" counts as missed (timing noise)
+SAVINGS_GOAL = 0.85
+PREFIX_GOAL = 0.95
+
+
+def _mark(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("met" if ok else "MISSED")
+
+
+def goals(report: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
+    """(goal, met?, what was measured) for every goal of the issue."""
+    parts = report["parts"]
+    out: list[tuple[str, bool | None, str]] = []
+    overhead = parts.get("overhead")
+    if overhead:
+        ratios = overhead.get("ratios") or {}
+        if "dynamic_added_p50_vs_litellm" in ratios:
+            r = ratios["dynamic_added_p50_vs_litellm"]
+            out.append(("dynamic added p50 below the litellm proxy's", r < 1, f"ours/litellm = {r:.2f}"))
+            r = ratios["dynamic_rps_vs_litellm"]
+            out.append(("dynamic throughput above the litellm proxy's", r > 1, f"ours/litellm = {r:.2f}"))
+        else:
+            out.append(("comparison with the litellm proxy", None, "litellm proxy did not run (see errors)"))
+    history = parts.get("history_cost")
+    if history:
+        row = next((r for r in history["rows"] if r["messages"] == 1000), None)
+        if row is not None:
+            out.append(
+                (
+                    "< 20 ms added at 1,000 messages warm",
+                    row["added_warm_ms"] < WARM_GOAL_MS,
+                    f"{row['added_warm_ms']:.1f} ms",
+                )
+            )
+        exponents = [s.get("exponent_warm") for s in history["scaling"] if s.get("exponent_warm") is not None]
+        exponents = [e for e in exponents if e is not None]
+        if exponents:
+            # Below ~100 messages fixed per-request costs dominate; judge growth from 100 messages on.
+            judged = [s["exponent_warm"] for s in history["scaling"] if s["from"] >= 100 and "exponent_warm" in s]
+            worst = max(judged or exponents)
+            out.append(
+                (
+                    "warm cost linear or better in history length",
+                    worst <= LINEAR_TOLERANCE,
+                    f"worst growth exponent {worst:.2f} (1.0 = linear)",
+                )
+            )
+    long_run = parts.get("long_run")
+    if long_run:
+        savings = long_run.get("savings")
+        out.append(
+            (
+                ">= 85% fewer prompt tokens than passthrough",
+                savings is not None and savings >= SAVINGS_GOAL,
+                f"{(savings or 0) * 100:.1f}% fewer",
+            )
+        )
+        over = long_run["requests_over_limit"] + long_run["failures"]
+        out.append(
+            (
+                "no request over the limit (and no failed turn)",
+                over == 0,
+                f"largest {long_run['largest_request_tokens']:,} / {long_run['window_tokens']:,} tokens; "
+                f"{long_run['requests_over_limit']} over, {long_run['failures']} failed",
+            )
+        )
+        stability = long_run.get("prefix_stability_mean")
+        out.append(
+            (
+                ">= 95% prefix stability on turns without compaction",
+                None if stability is None else stability >= PREFIX_GOAL,
+                "no turns to judge" if stability is None else f"mean {stability * 100:.1f}%",
+            )
+        )
+    estimator = parts.get("estimator")
+    if estimator:
+        under = sum(k[e]["under"] for k in estimator["kinds"].values() for e in ("cl100k_base", "o200k_base"))
+        out.append(("estimator never under tiktoken", under == 0, f"{under} cases under"))
+    return out
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """The whole report as Markdown."""
+    m = report["machine"]
+    lines = [
+        "# Benchmark report",
+        "",
+        f"{report['date']} · {'QUICK smoke run' if report['quick'] else 'full run'} · {report.get('seconds', '?')} s",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['platform']}; Python {m['python']}; litellm {m['litellm']} "
+        f"(ours), {m.get('litellm_proxy_venv_litellm') or 'not installed'} (litellm proxy venv); commit {m['commit']}.",
+        "",
+        "Every figure is a median over repeats; every comparison is a ratio taken within one repeat.",
+        "",
+        "## Goals",
+        "",
+        "| goal | result | measured |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {goal} | {_mark(ok)} | {measured} |" for goal, ok, measured in goals(report)]
+    parts = report["parts"]
+    if "overhead" in parts:
+        lines += _overhead(parts["overhead"])
+    if "history_cost" in parts:
+        lines += _history(parts["history_cost"])
+    if "long_run" in parts:
+        lines += _long_run(parts["long_run"])
+    if "estimator" in parts:
+        lines += _estimator(parts["estimator"])
+    return "\n".join(lines) + "\n"
+
+
+def _overhead(o: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        "## 1. Overhead of a small request",
+        "",
+        f"{o['requests_per_repeat']} sequential requests per path and repeat, {o['repeats']} repeats; throughput: "
+        f"{o['throughput_requests']} requests at concurrency {o['concurrency']}. Each request is a new session.",
+        "",
+        "| path | p50 ms | p95 ms | added p50 ms | added p95 ms | requests/s |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for path, f in o["paths"].items():
+        lines.append(
+            f"| {path} | {f['p50_ms']:.2f} | {f['p95_ms']:.2f} | {f['added_p50_ms']:.2f} | {f['added_p95_ms']:.2f} "
+            f"| {f['rps']:.0f} |"
+        )
+    if o.get("ratios"):
+        lines += ["", "| ours / litellm proxy | ratio |", "|---|---:|"]
+        lines += [f"| {k} | {v:.2f} |" for k, v in o["ratios"].items()]
+    for name, error in (o.get("errors") or {}).items():
+        lines += ["", f"**{name} failed:**", "", "```", error, "```"]
+    return lines
+
+
+def _history(h: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        "## 2. Assembly cost vs history (dynamic mode over HTTP, traces off)",
+        "",
+        f"Added = proxy latency - direct latency for the same bytes; {h['repeats']} repeats.",
+        "",
+        "| messages | request KB | direct ms | added cold ms | added warm ms | warm µs/message |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in h["rows"]:
+        lines.append(
+            f"| {r['messages']:,} | {r['request_bytes'] / 1024:,.0f} | {r['direct_ms']:.1f} | {r['added_cold_ms']:.1f} "
+            f"| {r['added_warm_ms']:.1f} | {r['added_warm_us_per_message']:.1f} |"
+        )
+    lines += [
+        "",
+        "Growth exponents (1.0 = linear): "
+        + ", ".join(
+            f"{s['from']}→{s['to']}: cold {s.get('exponent_cold', 'n/a')}, warm {s.get('exponent_warm', 'n/a')}"
+            for s in h["scaling"]
+        ),
+    ]
+    lines += [
+        "",
+        "In-process pure stages (`bench/assembly.py`: budget, render, window, compose, validate):",
+        "",
+        "| messages | cold ms | warm ms |",
+        "|---:|---:|---:|",
+    ]
+    lines += [f"| {s['messages']:,} | {s['cold_ms']:.2f} | {s['warm_ms']:.2f} |" for s in h["stages"]]
+    return lines
+
+
+def _long_run(r: dict[str, Any]) -> list[str]:
+    pct = lambda v: "n/a" if v is None else f"{v * 100:.1f}%"  # noqa: E731 - a local formatter
+    lines = [
+        "",
+        f"## 3. Long run: {r['steps']} steps, ~{r['tool_output_bytes'] // 1000} KB tool outputs, "
+        f"{r['window_tokens']:,}-token window (dynamic)",
+        "",
+        "Tokens: tiktoken o200k_base per message + 4 framing tokens + tool schemas, of what the provider received.",
+        "",
+        "| measure | value |",
+        "|---|---:|",
+        f"| prompt tokens sent (all provider requests) | {r['prompt_tokens_sent']:,} |",
+        f"| of which summarizer requests ({r['summary_requests']}) | "
+        f"{r['prompt_tokens_sent'] - r['prompt_tokens_sent_turns_only']:,} |",
+        f"| prompt tokens a passthrough sends | {r['prompt_tokens_passthrough']:,} |",
+        f"| saved | {pct(r['savings'])} |",
+        f"| largest request / limit | {r['largest_request_tokens']:,} / {r['window_tokens']:,} |",
+        f"| largest passthrough request | {r['largest_passthrough_tokens']:,} |",
+        f"| requests over the limit (ours / passthrough) | {r['requests_over_limit']} / "
+        f"{r['passthrough_requests_over_limit']} |",
+        f"| failed turns | {r['failures']} |",
+        f"| compactions fired (traces) | {r['compactions_fired']} of {r['trace_files']} trace files |",
+        f"| prefix stability, turns without compaction ({r['turns_without_compaction']}): mean / p5 / min | "
+        f"{pct(r['prefix_stability_mean'])} / {pct(r['prefix_stability_p05'])} / {pct(r['prefix_stability_min'])} |",
+        f"| same turns, common prefix as a share of the new request | {pct(r['prefix_of_current_mean'])} |",
+        f"| run time | {r['seconds']} s |",
+    ]
+    for failure in r.get("failure_samples") or []:
+        lines.append(
+            f"\nFailure at step {failure['step']}: HTTP {failure['status']} {failure['code']}: {failure['message']}"
+        )
+    return lines
+
+
+def _estimator(e: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        "## 4. Conservative estimator against tiktoken",
+        "",
+        "| corpus | cases | KB | under (cl100k) | mean over (cl100k) | under (o200k) | mean over (o200k) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for kind, k in e["kinds"].items():
+        lines.append(
+            f"| {kind} | {k['cases']} | {k['bytes'] / 1024:,.0f} | {k['cl100k_base']['under']} | "
+            f"{k['cl100k_base']['mean_over_ratio']:.2f}x | {k['o200k_base']['under']} | "
+            f"{k['o200k_base']['mean_over_ratio']:.2f}x |"
+        )
+    lines += ["", "| counter | MB/s |", "|---|---:|"]
+    lines += [f"| {name} | {speed:.2f} |" for name, speed in e["throughput_mb_s"].items()]
+    return lines

@@ -1,0 +1,186 @@
+"""Run every benchmark part and write ``bench/report.json`` and ``bench/report.md``.
+
+Run: ``.venv/bin/python -m bench [--quick] [--parts 1,2,3,4] [--no-litellm-proxy]``
+(``.venv/bin/python bench/run.py`` is the same). See ``bench/README.md`` for what each part measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make ``bench`` and ``proxy`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from proxy.offline import prepare_offline_environment
+
+prepare_offline_environment()
+
+from bench import servers  # noqa: E402 - after the offline set-up, before anything imports litellm
+from bench.report import render_markdown  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+# Large enough that the history-cost part times assembly and windowing, never a compaction.
+HISTORY_MAX_INPUT_TOKENS = 4_000_000
+LONG_RUN_MAX_INPUT_TOKENS = 128_000
+
+FULL = {"requests": 300, "throughput_requests": 1200, "repeats": 5, "sizes": [10, 100, 1000, 5000], "steps": 200}
+QUICK = {"requests": 60, "throughput_requests": 240, "repeats": 2, "sizes": [10, 100, 1000], "steps": 30}
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    cpu = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True, check=False
+        ).stdout.strip()
+    except OSError:
+        commit = ""
+    import os
+
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "litellm": metadata.version("litellm"),
+        "litellm_proxy_venv_litellm": servers.litellm_proxy_version(),
+        "commit": commit,
+    }
+
+
+def _part_overhead(stack: ExitStack, scratch: Path, config: Path, urls: dict[str, str], plan: dict[str, Any]) -> Any:
+    from bench.overhead import run_overhead
+
+    errors: dict[str, str] = {}
+    for mode in ("legacy", "dynamic"):
+        if mode not in urls:
+            urls[mode] = stack.enter_context(servers.our_proxy(scratch, config, mode)).url
+    if plan["litellm_proxy"]:
+        try:
+            urls["litellm-proxy"] = stack.enter_context(servers.litellm_proxy(scratch, config)).url
+        except (servers.ServerFailed, subprocess.CalledProcessError, OSError) as exc:
+            errors["litellm-proxy"] = str(exc)[-3000:]
+    result = run_overhead(
+        {k: urls[k] for k in ("direct", "legacy", "dynamic", "litellm-proxy") if k in urls},
+        requests=plan["requests"],
+        throughput_requests=plan["throughput_requests"],
+        repeats=plan["repeats"],
+    )
+    result["errors"] = errors
+    return result
+
+
+def _part_long_run(scratch: Path, steps: int) -> Any:
+    from bench.long_run import WINDOW_TOKENS, run_long
+
+    folder = scratch / "long-run"
+    folder.mkdir()
+    traces = folder / "traces"
+    with (
+        servers.scripted_provider(folder, "science", context_window=WINDOW_TOKENS, keep_history=True) as provider,
+        servers.our_proxy(
+            folder,
+            servers.write_config(folder, provider.url, LONG_RUN_MAX_INPUT_TOKENS),
+            "dynamic",
+            extra_env={
+                "SCIENCE_AGENT_CONTEXT_WINDOW_TOKENS": str(WINDOW_TOKENS),
+                "SCIENCE_AGENT_CONTEXT_TRACE": "1",
+                "SCIENCE_AGENT_CONTEXT_TRACE_DIR": str(traces),
+            },
+            name="proxy-long-run",
+        ) as proxy,
+    ):
+        return run_long(proxy.url, provider.url, traces, steps=steps)
+
+
+def run(parts: set[int], quick: bool, litellm_proxy: bool, out_dir: Path) -> dict[str, Any]:
+    """Run the chosen parts and write the reports; returns the report."""
+    plan = dict(QUICK if quick else FULL, litellm_proxy=litellm_proxy)
+    report: dict[str, Any] = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "quick": quick,
+        "plan": plan,
+        "machine": machine(),
+        "parts": {},
+    }
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="context-proxy-bench-") as scratch_name, ExitStack() as stack:
+        scratch = Path(scratch_name)
+        urls: dict[str, str] = {}
+        if parts & {1, 2}:
+            provider = stack.enter_context(servers.scripted_provider(scratch, "ok"))
+            config = servers.write_config(scratch, provider.url, HISTORY_MAX_INPUT_TOKENS)
+            urls["direct"] = provider.url
+            if 1 in parts:
+                _timed(report, "overhead", lambda: _part_overhead(stack, scratch, config, urls, plan))
+            if 2 in parts:
+                from bench.history_cost import run_history_cost
+
+                if "dynamic" not in urls:
+                    urls["dynamic"] = stack.enter_context(servers.our_proxy(scratch, config, "dynamic")).url
+                _timed(
+                    report,
+                    "history_cost",
+                    lambda: run_history_cost(
+                        urls["dynamic"], urls["direct"], sizes=plan["sizes"], repeats=plan["repeats"]
+                    ),
+                )
+            stack.close()  # stop these servers before the long run: it wants the CPU to itself
+        if 3 in parts:
+            _timed(report, "long_run", lambda: _part_long_run(scratch, plan["steps"]))
+        if 4 in parts:
+            from bench.estimator import run_estimator
+
+            _timed(report, "estimator", lambda: run_estimator(quick))
+    report["machine"]["litellm_proxy_venv_litellm"] = servers.litellm_proxy_version()
+    report["seconds"] = round(time.perf_counter() - started, 1)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    (out_dir / "report.md").write_text(render_markdown(report), encoding="utf-8")
+    return report
+
+
+def _timed(report: dict[str, Any], name: str, part: Any) -> None:
+    started = time.perf_counter()
+    print(f"bench: {name} ...", file=sys.stderr, flush=True)
+    result = part()
+    result["part_seconds"] = round(time.perf_counter() - started, 1)
+    report["parts"][name] = result
+    print(f"bench: {name} done in {result['part_seconds']} s", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m bench``."""
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run of about a minute (fewer, smaller runs)")
+    parser.add_argument("--parts", default="1,2,3,4", help="which parts to run, e.g. 2,4")
+    parser.add_argument("--no-litellm-proxy", action="store_true", help="skip the litellm proxy in part 1")
+    parser.add_argument("--out-dir", type=Path, default=HERE, help="where report.json and report.md go")
+    args = parser.parse_args(argv)
+    parts = {int(p) for p in args.parts.split(",") if p.strip()}
+    report = run(parts, args.quick, not args.no_litellm_proxy, args.out_dir)
+    print((args.out_dir / "report.md").read_text(encoding="utf-8"))
+    return 0 if report["parts"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

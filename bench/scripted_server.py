@@ -1,0 +1,123 @@
+"""Serve the scripted provider in its own process, so the load generator never shares its GIL.
+
+Run: ``python -m bench.scripted_server --port P [--script ok|science] [--context-window N]``
+
+Besides the OpenAI routes of :class:`~proxy.demo.scripted_provider.ScriptedProvider` it answers
+``GET /bench/received?since=N``: the request bodies received from index ``N`` on, so the long run can
+read exactly what the provider was sent without keeping the whole run in the client's memory twice.
+``POST /bench/forget`` drops the bodies already read (a 200-step run would otherwise hold every
+request of the passthrough-sized history).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Mount, Route
+
+from proxy.demo.scripted_provider import Reply, ScriptedProvider, ToolCall
+
+SUMMARY_MARKER = "Write the checkpoint now."
+CHECKPOINT_TEXT = """## Completed work
+- Ran the scripted analysis steps so far; each step's log is stored.
+## Evidence
+- Yields stayed between 61% and 64% across the analysed samples.
+## Decisions
+- Keep the 298 K protocol.
+## Failed or abandoned directions
+- (none)
+## Explicit pending conditions
+- Finish all scheduled analysis steps.
+## Optional directions
+- (none)
+## Next step
+- Run the next analysis step."""
+
+
+def ok_script(body: dict[str, Any]) -> Reply:
+    """The smallest useful answer: what the overhead part measures is the path, not the model."""
+    return Reply(content="ok")
+
+
+def science_script(body: dict[str, Any]) -> Reply:
+    """The long run's model: always one more analysis step; a checkpoint when the proxy asks for a summary.
+
+    The proxy's summarizer sends instructions plus a transcript ending in ``SUMMARY_MARKER`` and no tools;
+    answering it with a valid checkpoint lets the compactor's summary path run instead of its fallback.
+    """
+    messages = body.get("messages") or []
+    last = messages[-1] if messages else {}
+    if not body.get("tools") and SUMMARY_MARKER in str(last.get("content") or ""):
+        return Reply(content=CHECKPOINT_TEXT)
+    steps = sum(1 for m in messages if m.get("role") == "tool")
+    return Reply(tool_calls=(ToolCall("run_analysis", {"sample": f"S{steps:03d}", "replicate": steps % 3}),))
+
+
+SCRIPTS = {"ok": ok_script, "science": science_script}
+
+
+def build_app(provider: ScriptedProvider) -> Starlette:
+    """The provider's routes plus the bench's read-back routes."""
+    forgotten = 0  # bodies dropped from the front of provider.history, so indices stay absolute
+
+    async def received(request: Request) -> Response:
+        since = int(request.query_params.get("since", "0"))
+        bodies = provider.history[max(0, since - forgotten) :]
+        return Response(json.dumps({"next": forgotten + len(provider.history), "bodies": bodies}))
+
+    async def forget(request: Request) -> Response:
+        nonlocal forgotten
+        forgotten += len(provider.history)
+        provider.history.clear()
+        return JSONResponse({"forgotten": forgotten})
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "alive"})
+
+    return Starlette(
+        routes=[
+            Route("/bench/received", received, methods=["GET"]),
+            Route("/bench/forget", forget, methods=["POST"]),
+            Route("/health/liveliness", health, methods=["GET"]),
+            Mount("/", app=provider.app()),
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse the options and serve until killed."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--script", choices=sorted(SCRIPTS), default="ok")
+    parser.add_argument("--context-window", type=int, default=None, help="refuse larger requests as overflow")
+    parser.add_argument("--keep-history", action="store_true", help="keep request bodies (the long run reads them)")
+    args = parser.parse_args(argv)
+    provider = ScriptedProvider(SCRIPTS[args.script], context_window=args.context_window)
+    if not args.keep_history:
+        # The overhead runs send tens of thousands of requests; nobody reads them back.
+        provider.history = _Counter()
+    uvicorn.run(build_app(provider), host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+
+
+class _Counter(list):  # type: ignore[type-arg]
+    """A ``history`` that only counts: ``ScriptedProvider`` numbers replies by ``len(history)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._count = 0
+
+    def append(self, item: Any) -> None:
+        self._count += 1
+
+    def __len__(self) -> int:
+        return self._count
+
+
+if __name__ == "__main__":
+    main()
