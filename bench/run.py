@@ -34,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 HISTORY_MAX_INPUT_TOKENS = 4_000_000
 LONG_RUN_MAX_INPUT_TOKENS = 128_000
 
-FULL = {"requests": 300, "throughput_requests": 1200, "repeats": 5, "sizes": [10, 100, 1000, 5000], "steps": 200}
+FULL = {"requests": 200, "throughput_requests": 600, "repeats": 5, "sizes": [10, 100, 1000, 5000], "steps": 200}
 QUICK = {"requests": 60, "throughput_requests": 240, "repeats": 2, "sizes": [10, 100, 1000], "steps": 30}
 
 

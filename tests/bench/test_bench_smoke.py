@@ -1,0 +1,73 @@
+"""Smoke test of the benchmark: the history-cost and estimator parts at tiny sizes, so CI catches a broken bench.
+
+The servers run in threads here (the real command runs them as processes); the litellm-proxy venv is
+never needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bench.estimator import run_estimator
+from bench.history_cost import run_history_cost
+from bench.long_run import prefix_share, tool_output
+from bench.report import render_markdown
+from bench.scripted_server import ok_script
+from bench.servers import MASTER_KEY, MODEL
+from proxy.app import create_app
+from proxy.config import ModelRoute, Settings
+from proxy.demo.scripted_provider import ScriptedProvider, serve_in_thread
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """(proxy URL, provider URL): our proxy in dynamic mode in front of the scripted provider."""
+    with serve_in_thread(ScriptedProvider(ok_script).app()) as provider_url:
+        route = ModelRoute(
+            MODEL,
+            {"model": "openai/scripted", "api_base": f"{provider_url}/v1", "api_key": "sk-provider"},
+            max_input_tokens=4_000_000,
+            max_output_tokens=4096,
+        )
+        settings = Settings(mode="dynamic", data_dir=tmp_path, master_key=MASTER_KEY, models=(route,))
+        with serve_in_thread(create_app(settings)) as proxy_url:
+            yield proxy_url, provider_url
+
+
+def test_history_cost_measures_every_size(servers: tuple[str, str]) -> None:
+    proxy_url, provider_url = servers
+    result = run_history_cost(proxy_url, provider_url, sizes=[10, 40], repeats=1)
+    assert [row["messages"] for row in result["rows"]] == [10, 40]
+    assert all(row["direct_ms"] > 0 and row["request_bytes"] > 0 for row in result["rows"])
+    assert [stage["messages"] for stage in result["stages"]] == [10, 40]
+    assert result["scaling"][0]["from"] == 10
+
+
+def test_estimator_part_never_under_and_renders() -> None:
+    result = run_estimator(quick=True)
+    assert set(result["kinds"]) == {"research", "json", "code"}
+    assert result["never_under"], result["kinds"]
+    assert all(speed > 0 for speed in result["throughput_mb_s"].values())
+    report = {
+        "date": "2026-01-01T00:00:00+00:00",
+        "quick": True,
+        "seconds": 1.0,
+        "machine": {"cpu": "x", "cores": 2, "platform": "p", "python": "3", "litellm": "1", "commit": "c"},
+        "parts": {"estimator": result},
+    }
+    markdown = render_markdown(report)
+    assert "| estimator never under tiktoken | met | 0 cases under |" in markdown
+
+
+def test_prefix_share_counts_the_common_prefix() -> None:
+    assert prefix_share("abcd", "abcdef") == (1.0, 4 / 6)
+    assert prefix_share("abXd", "abcd") == (0.5, 0.5)
+    assert prefix_share("", "abc") == (0.0, 0.0)
+
+
+def test_tool_output_is_about_twelve_kilobytes_and_deterministic() -> None:
+    assert 12_000 <= len(tool_output(3).encode()) < 12_200
+    assert tool_output(3) == tool_output(3) != tool_output(4)
