@@ -61,7 +61,7 @@ class DynamicAssembler:
         client_tools = list(request.body.get("tools") or [])
         proxy_tools = self._toolbox.offered([item.message for item in history], client_tools)
         tools = client_tools + [tool.schema for tool in proxy_tools]
-        stored = await self._store.checkpoints(context_id)
+        checkpoints, unreadable = _readable_checkpoints(await self._store.checkpoints(context_id))
         previewed = await self._store.state(context_id, SESSION_WIDE, PREVIEWED_REFS) or []
         limits = request.limits
         summarizer = ModelSummarizer(self._backend, self._summary_route(request.route))
@@ -77,7 +77,7 @@ class DynamicAssembler:
                 metadata=_mapping(request.body.get("metadata")),
                 headers=request.headers,
                 options=self._settings.contributor_options,
-                checkpoints=[Checkpoint.from_record(record) for record in stored.values()],
+                checkpoints=checkpoints,
                 previewed_refs=list(previewed),
                 forced=request.forced,
                 stated_limit=request.stated_limit,
@@ -91,6 +91,10 @@ class DynamicAssembler:
         if list(output.previewed_refs) != list(previewed):
             await self._store.put_state(context_id, SESSION_WIDE, PREVIEWED_REFS, list(output.previewed_refs))
         record = {"path": "dynamic", **output.trace, "summarizerCalls": summarizer.calls}
+        if unreadable:
+            record["storeDiagnostics"] = [
+                f"stored checkpoint {key} is unreadable and was ignored" for key in unreadable
+            ]
         return Candidate(
             messages=output.messages,
             tools=output.tools or None,
@@ -118,6 +122,17 @@ class DynamicAssembler:
         anchors = list(await self._store.state(context_id, SESSION_WIDE, INTERNAL_ANCHORS) or [])
         if anchor_hash not in anchors:
             await self._store.put_state(context_id, SESSION_WIDE, INTERNAL_ANCHORS, [*anchors, anchor_hash])
+
+
+def _readable_checkpoints(stored: Mapping[str, Any]) -> tuple[list[Checkpoint], list[str]]:
+    """The stored checkpoints that parse; one damaged record must not fail every later turn."""
+    readable, unreadable = [], []
+    for key, record in stored.items():
+        try:
+            readable.append(Checkpoint.from_record(record))
+        except (KeyError, TypeError, ValueError):
+            unreadable.append(key)
+    return readable, unreadable
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

@@ -313,7 +313,10 @@ def build_llm_input(body: dict[str, Any], route: ModelRoute, candidate: Candidat
 
 
 def _trace_record(request: TurnRequest, candidate: Candidate | None, llm_input: dict[str, Any]) -> dict[str, Any]:
+    """A schema-v5 trace of one model call: the runtime's facts plus every stage the assembler recorded."""
     limits = request.limits
+    stages = dict(candidate.record) if candidate is not None else {}
+    path = stages.pop("path", "dynamic") if candidate is not None else "legacy"
     return {
         "contextId": request.identity.context_id,
         "contextIdSource": request.identity.source,
@@ -321,7 +324,7 @@ def _trace_record(request: TurnRequest, candidate: Candidate | None, llm_input: 
         "mode": request.mode,
         "scope": request.identity.scope,
         "model": request.route.model_name,
-        "selectedPath": "legacy" if candidate is None else candidate.record.get("path", "dynamic"),
+        "selectedPath": path,
         "budgets": {
             "modelMaxTokens": limits.model_max_tokens,
             "outputReserveTokens": limits.output_reserve_tokens,
@@ -335,9 +338,11 @@ def _trace_record(request: TurnRequest, candidate: Candidate | None, llm_input: 
             "newMessages": len(request.reconciliation.new_messages),
             "forked": request.reconciliation.forked,
         },
-        "renderedContext": None
-        if candidate is None
-        else {"messages": candidate.messages, "tools": candidate.tools, **candidate.record},
-        "compaction": None,
+        "contributors": stages.pop("contributors", []),
+        "collection": stages.pop("collection", None),
+        "admitted": stages.pop("admitted", None),
+        "renderedContext": stages.pop("renderedContext", None),
+        "compaction": stages.pop("compaction", None),
+        **stages,
         "llmInput": redact_llm_input(llm_input),
     }

@@ -1,0 +1,187 @@
+"""Dynamic mode through real HTTP: a long tool run stays within the window, and nothing is lost.
+
+The client is a plain agent loop that resends its whole, ever-growing history each turn; the proxy
+compacts what the provider sees (previews with references, then checkpoints) and the model reads a
+compacted output back through the proxy-owned ``read_tool_output`` without the client noticing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tiktoken
+
+from proxy.config import ModelRoute
+from proxy.demo.science import PLANTED_FACT, TOOLS, ScienceModel, client_tool_result, is_summary_request
+from proxy.wire import check_tool_pairing
+
+WINDOW = 16_000
+ENCODING = tiktoken.get_encoding("o200k_base")
+
+
+def _tokens(messages: list[dict[str, Any]]) -> int:
+    return len(ENCODING.encode(json.dumps(messages, ensure_ascii=False)))
+
+
+def _route(provider_url: str) -> ModelRoute:
+    return ModelRoute(
+        "science-model",
+        {"model": "openai/scripted", "api_base": f"{provider_url}/v1", "api_key": "sk-test-provider"},
+        max_input_tokens=WINDOW,
+        max_output_tokens=2_000,
+    )
+
+
+def _run_agent(client: Any, steps: int, session: str, stream: bool = False) -> tuple[str, list[dict[str, Any]], int]:
+    """Drive the agent loop to its final answer; returns it, the client's history and the turns taken."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are an autonomous lab agent. Run the protocol step by step."},
+        {"role": "user", "content": f"Run the {steps}-step calibration protocol, then report the calibration fact."},
+    ]
+    for turn in range(1, steps + 5):
+        kwargs = {"model": "science-model", "messages": messages, "tools": TOOLS,
+                  "extra_headers": {"x-session-id": session}}
+        if stream:
+            chunks = list(client.chat.completions.create(stream=True, **kwargs))
+            content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            calls: dict[int, dict[str, Any]] = {}
+            for c in chunks:
+                for delta in (c.choices[0].delta.tool_calls or []) if c.choices else []:
+                    slot = calls.setdefault(delta.index, {"id": "", "type": "function",
+                                                          "function": {"name": "", "arguments": ""}})
+                    slot["id"] = delta.id or slot["id"]
+                    slot["function"]["name"] += delta.function.name or ""
+                    slot["function"]["arguments"] += delta.function.arguments or ""
+            message = {"role": "assistant", "content": content or None, "tool_calls": list(calls.values()) or None}
+        else:
+            completion = client.chat.completions.create(**kwargs)
+            message = completion.choices[0].message.model_dump(exclude_none=True)
+        message = {k: v for k, v in message.items() if v is not None}
+        messages.append(message)
+        if not message.get("tool_calls"):
+            return str(message.get("content")), messages, turn
+        for call in message["tool_calls"]:
+            assert call["function"]["name"] == "run_step", "a proxy-owned tool reached the client"
+            messages.append(client_tool_result(call))
+    raise AssertionError("the agent did not finish")
+
+
+def test_long_tool_run_stays_in_the_window_and_reads_back_a_compacted_fact(start_proxy, provider):
+    steps = 150
+    model = ScienceModel(steps)
+    provider.script(model, context_window=WINDOW)
+    proxy = start_proxy(mode="dynamic", models=(_route(provider.url),), trace_enabled=True)
+    answer, history, turns = _run_agent(proxy.client(), steps, "long-run")
+
+    assert PLANTED_FACT in answer
+    agent_requests = [body for body in provider.history if not is_summary_request(body)]
+    assert len(agent_requests) == turns + 1  # + the proxy-owned read_tool_output round
+    effective_limit = WINDOW - 2_000
+    largest = max(_tokens(body["messages"]) for body in agent_requests)
+    assert largest <= effective_limit
+    for body in agent_requests:
+        check_tool_pairing(body["messages"])  # protocol-valid: every call answered, no orphan results
+        assert {t["function"]["name"] for t in body["tools"]} <= {"run_step", "read_tool_output"}
+    assert model.summaries >= 1  # previews alone could not hold 150 outputs of 12 KB
+    # The read-back happened inside the proxy: the client's history has no read_tool_output step.
+    assert all("read_tool_output" not in json.dumps(m) for m in history)
+    final_request = agent_requests[-1]
+    assert any(m.get("role") == "tool" and PLANTED_FACT in str(m.get("content")) for m in final_request["messages"])
+
+    sent = sum(_tokens(body["messages"]) for body in provider.history)
+    passthrough = sum(_tokens(history[: 2 + 2 * k]) for k in range(turns))
+    print(f"\nprompt tokens sent {sent:,} vs passthrough {passthrough:,} ({1 - sent / passthrough:.1%} fewer); "
+          f"largest request {largest:,} of {effective_limit:,}; summaries {model.summaries}")
+    assert sent < passthrough * 0.25
+
+
+def test_compacted_run_streams_and_keeps_traces_per_call(start_proxy, provider, tmp_path):
+    steps = 25
+    model = ScienceModel(steps)
+    provider.script(model, context_window=WINDOW)
+    proxy = start_proxy(mode="dynamic", models=(_route(provider.url),), trace_enabled=True)
+    answer, _, turns = _run_agent(proxy.client(), steps, "streamed-run", stream=True)
+    assert PLANTED_FACT in answer
+    folder = proxy.settings.data_dir / "context-traces" / "streamed-run"
+    traces = sorted(folder.glob("turn-*.json"))
+    assert len(traces) == turns + 1  # one file per model call: the proxy-owned round is a turn of its own
+    compactions = [json.loads(p.read_text())["compaction"] for p in traces]
+    assert any(c and c.get("compacted_refs") for c in compactions)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_mixed_proxy_and_client_calls_never_reach_the_client(start_proxy, provider, stream):
+    from proxy.demo.scripted_provider import Reply, ToolCall
+
+    def script(body: dict[str, Any]) -> Reply:
+        seen = [m for m in body["messages"] if m.get("role") == "tool"]
+        if any(m["tool_call_id"] == "r1" for m in seen):
+            return Reply(content="read it")
+        if len(seen) >= 1:  # a tool output exists: read_tool_output is offered now
+            return Reply(tool_calls=(ToolCall("read_tool_output", {"ref": "to_0000", "query": "x"}, id="r1"),
+                                     ToolCall("run_step", {"step": 9}, id="c1")))
+        return Reply(tool_calls=(ToolCall("run_step", {"step": 1}, id="c0"),))
+
+    provider.script(script)
+    proxy = start_proxy(mode="dynamic", models=(_route(provider.url),))
+    client = proxy.client()
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    first = client.chat.completions.create(model="science-model", messages=messages, tools=TOOLS)
+    messages.append(first.choices[0].message.model_dump(exclude_none=True))
+    messages.append({"role": "tool", "tool_call_id": "c0", "content": "step=1 done"})
+    result = client.chat.completions.create(model="science-model", messages=messages, tools=TOOLS, stream=stream)
+    if stream:
+        chunks = list(result)
+        names = [d.function.name for c in chunks if c.choices for d in c.choices[0].delta.tool_calls or []]
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    else:
+        names = [c.function.name for c in result.choices[0].message.tool_calls or []]
+        text = result.choices[0].message.content
+    assert names == [] and text == "read it"
+    # The provider saw the proxy's step (call + result) before answering; the unknown ref is reported.
+    last = provider.history[-1]["messages"]
+    assert any(m.get("role") == "tool" and m.get("tool_call_id") == "r1" and "unknown reference" in m["content"]
+               for m in last)
+    assert len(provider.history) == 3
+
+
+def test_shadow_sends_the_clients_request_and_traces_the_candidate(start_proxy, provider):
+    provider.script(ScienceModel(3))
+    proxy = start_proxy(mode="shadow", models=(_route(provider.url),), trace_enabled=True)
+    messages = [{"role": "system", "content": "lab agent"}, {"role": "user", "content": "start"}]
+    proxy.client().chat.completions.create(model="science-model", messages=messages, tools=TOOLS,
+                                           extra_headers={"x-session-id": "shadowed"})
+    assert provider.history[-1] == {"model": "scripted", "messages": messages, "tools": TOOLS}
+    trace = json.loads((proxy.settings.data_dir / "context-traces" / "shadowed" / "turn-0001.json").read_text())
+    assert trace["mode"] == "shadow" and trace["selectedPath"] == "dynamic"
+    assert trace["renderedContext"]["callHistory"][0]["role"] == "system"
+    assert trace["llmInput"]["messages"] == messages
+
+
+def test_summarizer_overflow_falls_back_to_trimming_without_recursion(start_proxy, provider):
+    from proxy.demo.scripted_provider import Reply
+
+    model = ScienceModel(40)
+    overflow = {"error": {"message": "This model's maximum context length is 16000 tokens.",
+                          "type": "invalid_request_error", "code": "context_length_exceeded"}}
+
+    def script(body: dict[str, Any]) -> Reply:
+        if is_summary_request(body):
+            return Reply(error_status=400, error_body=overflow)
+        return model(body)
+
+    provider.script(script)
+    proxy = start_proxy(mode="dynamic", models=(_route(provider.url),), trace_enabled=True)
+    answer, _, turns = _run_agent(proxy.client(), 40, "no-summary")
+    summary_calls = [b for b in provider.history if is_summary_request(b)]
+    assert summary_calls, "the run never needed a checkpoint"
+    folder: Path = proxy.settings.data_dir / "context-traces" / "no-summary"
+    errors = [json.loads(p.read_text())["compaction"].get("errors") for p in sorted(folder.glob("turn-*.json"))]
+    assert any(errors)
+    agent_calls = len(provider.history) - len(summary_calls)
+    assert agent_calls == len(list(folder.glob("turn-*.json")))  # one call per trace: nothing was retried
+    assert not list(folder.glob("*recovery*"))
+    assert agent_calls >= turns
