@@ -132,9 +132,10 @@ def new_schema(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:12]}"
 
 
-def store_url(dsn: str, schema: str, *, pool_size: int = 4, lock_connections: int = 32) -> str:
-    """``CONTEXT_PROXY_STORE_URL`` for ``schema``; small pools, so two replicas fit a default server's 100
-    connections next to other test runs, and enough lock connections for every session in flight."""
+def store_url(dsn: str, schema: str, *, pool_size: int = 4, lock_connections: int = 16) -> str:
+    """``CONTEXT_PROXY_STORE_URL`` for ``schema``, with small pools: two replicas then need at most 40 of a
+    default server's 100 connections, leaving room for other test runs. Turns beyond a replica's lock
+    connections queue for one within the lock wait; alternating sessions keep about half of them on each."""
     separator = "&" if "?" in dsn else "?"
     return f"{dsn}{separator}schema={schema}&pool_size={pool_size}&lock_connections={lock_connections}"
 

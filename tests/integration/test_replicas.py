@@ -27,6 +27,7 @@ import asyncpg
 import httpx
 import pytest
 
+from proxy.context.checkpoint import Checkpoint, render_sections
 from proxy.demo.scripted_provider import Reply, ScriptedProvider, serve_in_thread
 from proxy.session import open_store
 from proxy.session.store import SessionStore
@@ -115,10 +116,12 @@ async def test_thirty_sessions_alternating_between_two_replicas_are_stored_once_
     from the replicas' own URL (standing in for replica A's process store) is read back, keyed to a
     hash on the branch the other replica continued.
 
-    TODO(compaction across replicas): once the dynamic pipeline writes resident checkpoints, drive the
-    sessions past the pressure threshold through HTTP and assert that the replica serving the next
-    turn reuses the checkpoint the other replica wrote (its trace's ``compaction`` names the stored
-    checkpoint instead of summarizing again). Today only the shared-state half is asserted here.
+    TODO(compaction across replicas): today only the shared-state half is asserted. Once the dynamic
+    assembler is wired into ``create_app`` (it was being wired when this was written), assert for
+    every session that the turn-11 trace, written by the other replica, reuses the checkpoint: its
+    ``compaction`` names ``covers`` as the reused checkpoint and its ``llmInput.messages[2]`` is the
+    ``<checkpoint ...>`` message with the text written here; then also drive one session past the
+    pressure threshold so that a replica's own summarizer writes the checkpoint the other one reuses.
     """
     provider = ScriptedProvider(harness.tool_loop_script(TURNS))
     writer = open_store(store_url, tmp_path / "unused", lock_timeout_seconds=10)
@@ -134,7 +137,15 @@ async def test_thirty_sessions_alternating_between_two_replicas_are_stored_once_
         info = await writer.session(run.session_id)
         assert info is not None
         head = info.head_hash
-        checkpoint = {"summary": f"steps 1-{turn - 1} of {run.session_id}", "writtenAfterReplica": index}
+        # A well-formed record, as the compactor stores it: the dynamic pipeline of the next replica
+        # reads every stored checkpoint of the session, and must be able to reuse this one.
+        text = render_sections(
+            {
+                "completed_work": f"Steps 1-{turn - 1} of {run.session_id} measured on replica {index}.",
+                "next_step": f"Look up step {turn}.",
+            }
+        )
+        checkpoint = Checkpoint(text=text, covers_hash=head, covered_messages=2 * turn - 2).to_record()
         await writer.put_checkpoint(run.session_id, head, checkpoint)
         written[run.session_id] = (head, checkpoint)
 
@@ -144,6 +155,9 @@ async def test_thirty_sessions_alternating_between_two_replicas_are_stored_once_
         await writer.open()
         try:
             runs, _ = await harness.drive([r.url for r in replicas], "rep", SESSIONS, TURNS, hand_off)
+        except harness.TurnFailed as exc:
+            logs = "\n".join(f"--- {r.name} log ---\n{r.log_tail(60)}" for r in replicas)
+            pytest.fail(f"{exc}\n{logs}")
         finally:
             await writer.close()
 
