@@ -214,7 +214,7 @@ def start_replica(name: str, workdir: Path, config: Path, env: Mapping[str, str]
     return Replica(name, f"http://127.0.0.1:{port}", data_dir, log_path, process)
 
 
-async def wait_ready(replicas: Sequence[Replica], timeout: float = 60.0) -> None:
+async def wait_ready(replicas: Sequence[Replica], timeout: float = 90.0) -> None:
     """Wait until every replica answers ``/health/readiness`` with 200; raise with its log if one dies."""
     deadline = time.monotonic() + timeout
     async with httpx.AsyncClient(timeout=2.0) as http:
@@ -368,12 +368,16 @@ async def main(argv: list[str] | None = None) -> int:
     if dsn is None:
         print(f"bench/replicas.py: {why}; set CONTEXT_PROXY_TEST_PG", file=sys.stderr)
         return 2
+    load_before = ", ".join(f"{value:.1f}" for value in os.getloadavg())
     provider = ScriptedProvider(tool_loop_script(args.turns))
     with serve_in_thread(provider.app()) as provider_url:
         one = await measure(dsn, 1, args.sessions, args.turns, args.runs, provider_url)
         two = await measure(dsn, 2, args.sessions, args.turns, args.runs, provider_url)
     median_one, median_two = statistics.median(one), statistics.median(two)
-    print(f"{args.sessions} sessions x {args.turns} turns, median of {args.runs} runs, {os.cpu_count()} CPUs\n")
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    print(f"{args.sessions} sessions x {args.turns} turns, median of {args.runs} runs, {os.cpu_count()} CPUs")
+    # Client, provider and replicas share this host: a busy host moves both rows, and not equally.
+    print(f"load average before: {load_before}; after: {load}\n")
     print("| replicas | turns/s (median) | runs |")
     print("|---:|---:|:---|")
     print(f"| 1 | {median_one:.1f} | {', '.join(f'{r:.1f}' for r in one)} |")
