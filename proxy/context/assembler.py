@@ -25,6 +25,7 @@ from proxy.context.composer import DefaultContextMessageComposer
 from proxy.context.message_count import apply_message_count_cap
 from proxy.context.registry import ContextContributorRegistry
 from proxy.context.renderer import DeterministicSystemPromptRenderer, RenderedPrompt
+from proxy.context.state import PLAN, StateConfig, with_visibility
 from proxy.context.types import ContributionRequest, Scope, TokenEstimator
 from proxy.context.validator import ContextValidator
 from proxy.context.window import AtomicHistoryWindowPolicy, WindowResult
@@ -40,6 +41,7 @@ class AssemblerConfig:
     message_percent: int = 10  # contributor messages and attachments
     max_history_messages: int | None = None
     contributor_timeout_seconds: float = 5.0
+    state: StateConfig = field(default_factory=StateConfig)
 
 
 @dataclass(frozen=True)
@@ -95,17 +97,17 @@ class ContextAssembler:
         """Assemble one call's input; raises ``AssemblyFailed`` when the minimum does not fit."""
         started = time.perf_counter()
         registry = self._registries(inp.scope)
-        records = list(inp.history)
-        # The identity contributor renders the client's leading system/developer messages into the
-        # stable prompt; without one they stay in the history rather than being lost.
-        instructions = _leading_instructions(records) if _has_identity(registry) else 0
-        cap = apply_message_count_cap([r.message for r in records[instructions:]], self._config.max_history_messages)
-        kept = [records[instructions + i] for i in cap.kept_indices]
+        # The identity contributor renders the client's system/developer messages into the stable
+        # prompt, verbatim; without one they stay in the history rather than being lost.
+        instructions = [r for r in inp.history if _is_instruction(r.message)] if _has_identity(registry) else []
+        records = [r for r in inp.history if not instructions or not _is_instruction(r.message)]
+        cap = apply_message_count_cap([r.message for r in records], self._config.max_history_messages)
+        kept = [records[i] for i in cap.kept_indices]
         history = [r.message for r in kept]
 
-        # Contributors see the client's instructions where the client put them, then the visible history.
-        leading = [r.message for r in records[:instructions]]
-        collection = await self._collect(registry, inp, leading + history)
+        # Contributors see the client's instructions first, then the visible history.
+        leading = [r.message for r in instructions]
+        collection = await self._collect(registry, inp, leading + history, inp.state)
         admitted, prompt = self._admit(collection, inp.limit)
         fixed = self._fixed_tokens(prompt, admitted, inp.tools)
         compaction = await self._compactor.compact(
@@ -121,8 +123,11 @@ class ContextAssembler:
             output_reserve=inp.output_reserve,
         )
         recollected = list(compaction.messages) != history
+        state = inp.state
         if recollected:
-            collection = await self._collect(registry, inp, leading + list(compaction.messages))
+            # Plan progress and skill visibility are judged against what the model will actually see.
+            state = with_visibility(inp.state, compaction.messages, self._config.state) if inp.state else inp.state
+            collection = await self._collect(registry, inp, leading + list(compaction.messages), state)
             admitted, prompt = self._admit(collection, inp.limit)
             fixed = self._fixed_tokens(prompt, admitted, inp.tools)
 
@@ -138,6 +143,9 @@ class ContextAssembler:
             composed, limit_tokens=inp.limit, estimator=self._estimator, tools=inp.tools
         )
         trace = _trace(inp, collection, admitted, prompt, compaction, window, composed.messages, recollected)
+        plan = state.get(PLAN) if state else None
+        if isinstance(plan, Mapping) and plan.get("progress") is not None:
+            trace["planProgress"] = plan["progress"]
         trace["cap"] = {"droppedMessages": cap.dropped_messages, "max": self._config.max_history_messages}
         trace["estimatedTokens"] = estimated
         trace["assemblyMs"] = round((time.perf_counter() - started) * 1000, 3)
@@ -155,6 +163,7 @@ class ContextAssembler:
         registry: ContextContributorRegistry,
         inp: AssemblyInput,
         history: Sequence[Mapping[str, Any]],
+        state: Mapping[str, Any],
     ) -> Collection:
         request = ContributionRequest(
             scope=inp.scope,
@@ -163,7 +172,7 @@ class ContextAssembler:
             tools=inp.tools,
             metadata=inp.metadata,
             headers=inp.headers,
-            state=inp.state,
+            state=state,
             model=inp.model,
             turn=inp.turn,
             budget_tokens=inp.limit,
@@ -189,13 +198,8 @@ def _has_identity(registry: ContextContributorRegistry) -> bool:
     return any(contributor.id == "identity" for contributor in registry)
 
 
-def _leading_instructions(records: Sequence[HistoryRecord]) -> int:
-    count = 0
-    for record in records:
-        if record.message.get("role") not in _CLIENT_INSTRUCTION_ROLES:
-            break
-        count += 1
-    return count
+def _is_instruction(message: Mapping[str, Any]) -> bool:
+    return message.get("role") in _CLIENT_INSTRUCTION_ROLES
 
 
 def _trace(

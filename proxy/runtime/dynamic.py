@@ -11,15 +11,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from contributors.capabilities import DeferredToolPolicy, promoted_names
+from contributors.skills import READ_SKILL
 from proxy.canonical import chain_hash
 from proxy.config import ModelRoute, Settings
 from proxy.context.assembler import AssemblyInput, ContextAssembler
 from proxy.context.checkpoint import Checkpoint
+from proxy.context.state import SKILL_HEADER, StateConfig, derive_state
 from proxy.runtime.assembly import Candidate, TurnRequest
 from proxy.runtime.provider import ProviderBackend
-from proxy.runtime.proxy_tools import ProxyToolbox
+from proxy.runtime.proxy_tools import ProxyToolbox, ToolContext
 from proxy.runtime.summarizer import ModelSummarizer
-from proxy.session.store import SessionStore
+from proxy.session.store import SessionStore, SkillRef
 
 SESSION_WIDE = ""  # the chain hash under which session-wide state (not tied to a prefix) is kept
 PREVIEWED_REFS = "compaction.previewed_refs"
@@ -46,6 +49,8 @@ class DynamicAssembler:
         toolbox: ProxyToolbox,
         backend: ProviderBackend,
         summary_route: Callable[[ModelRoute], ModelRoute],
+        deferred: DeferredToolPolicy,
+        state_config: StateConfig,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -53,14 +58,17 @@ class DynamicAssembler:
         self._toolbox = toolbox
         self._backend = backend
         self._summary_route = summary_route
+        self._deferred = deferred
+        self._state_config = state_config
 
     async def assemble(self, request: TurnRequest) -> Candidate:
         """The assembled candidate for this turn; also persists checkpoints and previewed references."""
         context_id = request.identity.context_id
         history = await self.history(context_id, request.reconciliation.head_hash)
-        client_tools = list(request.body.get("tools") or [])
-        proxy_tools = self._toolbox.offered([item.message for item in history], client_tools)
-        tools = client_tools + [tool.schema for tool in proxy_tools]
+        context = self._tool_context(request, history)
+        proxy_tools = self._toolbox.offered(context)
+        client_tools = self._deferred.visible_tools(context.client_tools, promoted_names(context.state))
+        tools = [dict(tool) for tool in client_tools] + [dict(tool.schema) for tool in proxy_tools]
         checkpoints, unreadable = _readable_checkpoints(await self._store.checkpoints(context_id))
         previewed = await self._store.state(context_id, SESSION_WIDE, PREVIEWED_REFS) or []
         limits = request.limits
@@ -77,6 +85,7 @@ class DynamicAssembler:
                 metadata=_mapping(request.body.get("metadata")),
                 headers=request.headers,
                 options=self._settings.contributor_options,
+                state=context.state,
                 checkpoints=checkpoints,
                 previewed_refs=list(previewed),
                 forced=request.forced,
@@ -101,6 +110,34 @@ class DynamicAssembler:
             record=record,
             proxy_tools=frozenset(tool.name for tool in proxy_tools),
         )
+
+    def _tool_context(self, request: TurnRequest, history: list[HistoryItem]) -> ToolContext:
+        messages = [item.message for item in history]
+        return ToolContext(
+            context_id=request.identity.context_id,
+            history=messages,
+            client_tools=list(request.body.get("tools") or []),
+            state=derive_state(messages, self._state_config),
+        )
+
+    async def run_proxy_step(self, request: TurnRequest, message: dict[str, Any], calls: list[dict[str, Any]]) -> None:
+        """Run the model's proxy-owned calls and store the step after the request's last message.
+
+        Client calls made in the same answer are dropped: the model made them without the results it
+        asked for, and it is asked again right away with those results in place.
+        """
+        context_id = request.identity.context_id
+        history = await self.history(context_id, request.reconciliation.head_hash)
+        context = self._tool_context(request, history)
+        step: list[dict[str, Any]] = [{"role": "assistant", "content": message.get("content"), "tool_calls": calls}]
+        for call in calls:
+            result = await self._toolbox.run(context, call)
+            step.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+            skill = SKILL_HEADER.match(result) if call["function"]["name"] == READ_SKILL else None
+            if skill is not None:
+                ref = SkillRef(skill["name"], skill["revision"], request.reconciliation.head_hash)
+                await self._store.put_skill_ref(context_id, ref)
+        await self.record_internal_step(context_id, request.reconciliation.head_hash, step)
 
     async def history(self, context_id: str, head_hash: str) -> list[HistoryItem]:
         """The canonical history of the branch ending at ``head_hash``, with proxy-owned steps in place."""

@@ -1,21 +1,31 @@
 """Proxy-owned tools: offered to the model beside the client's, run here, never seen by the client.
 
-Each tool is a schema plus an async runner bound to one session. ``read_tool_output`` reads stored tool
-bodies back (the store answers only for the session's own references); further tools (``read_skill``,
-``find_tools``) are added by the contributors that own them.
+``read_tool_output`` reads stored tool bodies back (the store answers only for the session's own
+references); ``read_skill`` returns a skill body once, with its revision; ``find_tools`` promotes
+deferred client tools. Each is a schema, a rule for when it is offered, and an async runner.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from contributors.capabilities import FIND_TOOLS, FIND_TOOLS_SCHEMA, DeferredToolPolicy, promoted_names
+from contributors.skills import READ_SKILL, READ_SKILL_SCHEMA, SkillLibrary
+from proxy.context.state import SKILLS
 from proxy.context.tool_output_reader import READ_TOOL_OUTPUT, READ_TOOL_OUTPUT_SCHEMA, read_tool_output
 from proxy.session.store import SessionStore
 
-ToolRunner = Callable[[str, str], Awaitable[str]]  # (context_id, raw JSON arguments) -> result text
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a proxy tool may look at: the session, its canonical history, the client's tools, run state."""
+
+    context_id: str
+    history: Sequence[Mapping[str, Any]]
+    client_tools: Sequence[Mapping[str, Any]]
+    state: Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -23,10 +33,9 @@ class ProxyTool:
     """A tool the proxy offers and runs itself."""
 
     name: str
-    schema: dict[str, Any]
-    run: ToolRunner
-    # Offered only when this says so for the call's history and client tools (e.g. references exist).
-    offer_when: Callable[[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]], bool]
+    schema: Mapping[str, Any]
+    run: Callable[[ToolContext, str], Awaitable[str]]  # (context, raw JSON arguments) -> result text
+    offer_when: Callable[[ToolContext], bool]
 
 
 class _SessionOutputs:
@@ -41,15 +50,42 @@ class _SessionOutputs:
 
 
 def read_tool_output_tool(store: SessionStore) -> ProxyTool:
-    """``read_tool_output``, offered once the history holds a compacted preview or a checkpoint."""
+    """``read_tool_output``, offered once the session has tool outputs that compaction may preview."""
 
-    async def run(context_id: str, arguments: str) -> str:
-        return await read_tool_output(_SessionOutputs(store, context_id), arguments)
+    async def run(context: ToolContext, arguments: str) -> str:
+        return await read_tool_output(_SessionOutputs(store, context.context_id), arguments)
 
-    def offer_when(history: Sequence[Mapping[str, Any]], client_tools: Sequence[Mapping[str, Any]]) -> bool:
-        return any(message.get("role") == "tool" for message in history)
+    def offer_when(context: ToolContext) -> bool:
+        return any(message.get("role") == "tool" for message in context.history)
 
     return ProxyTool(READ_TOOL_OUTPUT, READ_TOOL_OUTPUT_SCHEMA, run, offer_when)
+
+
+def read_skill_tool(library: SkillLibrary, select: Sequence[str] | None) -> ProxyTool:
+    """``read_skill``: a skill body once, headed with its revision; a repeat read while the body is still
+    in context gets a pointer instead, so a body never appears twice in one request."""
+
+    async def run(context: ToolContext, arguments: str) -> str:
+        loaded = {ref["name"]: ref["revision"] for ref in context.state.get(SKILLS) or () if ref.get("visible")}
+        return library.run_read_skill(arguments, loaded=loaded, select=select)
+
+    def offer_when(context: ToolContext) -> bool:
+        return bool(library.names())
+
+    return ProxyTool(READ_SKILL, READ_SKILL_SCHEMA, run, offer_when)
+
+
+def find_tools_tool(policy: DeferredToolPolicy) -> ProxyTool:
+    """``find_tools``: a search over the deferred client tools; what it finds is offered from the next call."""
+
+    async def run(context: ToolContext, arguments: str) -> str:
+        text, _ = policy.run_find_tools(arguments, context.client_tools, promoted_names(context.state))
+        return text
+
+    def offer_when(context: ToolContext) -> bool:
+        return bool(policy.hidden_tools(context.client_tools, promoted_names(context.state)))
+
+    return ProxyTool(FIND_TOOLS, FIND_TOOLS_SCHEMA, run, offer_when)
 
 
 class ProxyToolbox:
@@ -58,25 +94,21 @@ class ProxyToolbox:
     def __init__(self, tools: Sequence[ProxyTool]) -> None:
         self._tools = {tool.name: tool for tool in tools}
 
-    def offered(
-        self, history: Sequence[Mapping[str, Any]], client_tools: Sequence[Mapping[str, Any]]
-    ) -> list[ProxyTool]:
+    def offered(self, context: ToolContext) -> list[ProxyTool]:
         """The proxy tools to offer for this call, in a stable order."""
-        client_names = {_tool_name(tool) for tool in client_tools}
+        client_names = {_tool_name(tool) for tool in context.client_tools}
         return [
-            tool
-            for name, tool in sorted(self._tools.items())
-            if name not in client_names and tool.offer_when(history, client_tools)
+            tool for name, tool in sorted(self._tools.items()) if name not in client_names and tool.offer_when(context)
         ]
 
-    async def run(self, context_id: str, call: Mapping[str, Any]) -> str:
-        """Run one tool call of the model; any failure becomes a result text the model can read."""
+    async def run(self, context: ToolContext, call: Mapping[str, Any]) -> str:
+        """Run one tool call of the model; every failure is a result text the model can read."""
         function = call.get("function") or {}
         tool = self._tools.get(str(function.get("name")))
         if tool is None:
             return f"error: {function.get('name')!r} is not a proxy-owned tool"
-        arguments = function.get("arguments") or "{}"
-        return await tool.run(context_id, arguments if isinstance(arguments, str) else json.dumps(arguments))
+        arguments = function.get("arguments")
+        return await tool.run(context, arguments if isinstance(arguments, str) else "{}")
 
 
 def _tool_name(tool: Mapping[str, Any]) -> str:

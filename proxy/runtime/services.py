@@ -6,18 +6,24 @@ while sessions run.
 
 from __future__ import annotations
 
-from proxy.config import ModelRoute, Settings
+from collections.abc import Mapping
+from typing import Any
+
+from contributors.capabilities import DeferredToolPolicy
+from contributors.skills import SkillLibrary
+from proxy.config import ConfigError, ModelRoute, Settings
 from proxy.context.assembler import AssemblerConfig, ContextAssembler
 from proxy.context.compactor import CompactionConfig, HistoryCompactor
 from proxy.context.estimators import CachingEstimator, ConservativeTokenEstimator
 from proxy.context.pressure import PressureConfig
-from proxy.context.registry import ContextContributorRegistry, discover_factories
+from proxy.context.registry import ContextContributorRegistry, FactorySource, discover_factories
+from proxy.context.state import StateConfig
 from proxy.context.types import SCOPES
 from proxy.runtime.assembly import Assembler
 from proxy.runtime.dynamic import DynamicAssembler
 from proxy.runtime.limits import ModelMapLookup
 from proxy.runtime.provider import ProviderBackend
-from proxy.runtime.proxy_tools import ProxyToolbox, read_tool_output_tool
+from proxy.runtime.proxy_tools import ProxyToolbox, find_tools_tool, read_skill_tool, read_tool_output_tool
 from proxy.runtime.trace import TraceWriter
 from proxy.runtime.turn import TurnRunner
 from proxy.session.store import SessionStore
@@ -31,6 +37,7 @@ def build_runner(
     assembler: Assembler | None = None,
 ) -> TurnRunner:
     """The runner for these settings; ``assembler`` replaces the dynamic pipeline (tests)."""
+    state_config = StateConfig.from_options(settings.contributor_options)
     allow = set(settings.contributor_allow) if settings.contributor_allow is not None else None
     factories = discover_factories(allow)
     registries = {scope: ContextContributorRegistry(scope, factories) for scope in SCOPES}
@@ -47,14 +54,37 @@ def build_runner(
             prompt_percent=settings.prompt_percent,
             message_percent=settings.message_percent,
             max_history_messages=settings.max_history_messages,
+            state=state_config,
         ),
     )
-    toolbox = ProxyToolbox([read_tool_output_tool(store)])
+    options = settings.contributor_options
+    _validate_contributor_options(factories, options)
+    deferred = DeferredToolPolicy(options.get("capabilities", {}).get("deferred") or ())
+    tools = [read_tool_output_tool(store), find_tools_tool(deferred)]
+    skills = options.get("skills", {})
+    if skills.get("folder"):
+        tools.append(read_skill_tool(SkillLibrary(skills["folder"]), skills.get("select")))
+    toolbox = ProxyToolbox(tools)
 
     def summary_route(request_route: ModelRoute) -> ModelRoute:
         chosen = settings.route(settings.summary_model) if settings.summary_model else None
         return chosen or request_route
 
-    dynamic = DynamicAssembler(settings, store, pipeline, toolbox, backend, summary_route)
+    dynamic = DynamicAssembler(settings, store, pipeline, toolbox, backend, summary_route, deferred, state_config)
     traces = TraceWriter(settings.resolved_trace_dir) if settings.trace_enabled else None
-    return TurnRunner(settings, store, assembler or dynamic, backend, traces, model_map, toolbox, dynamic)
+    return TurnRunner(settings, store, assembler or dynamic, backend, traces, model_map, dynamic)
+
+
+def _validate_contributor_options(factories: list[FactorySource], options: Mapping[str, Mapping[str, Any]]) -> None:
+    """Every contributor checks its own options at start-up; a typo stops the proxy, naming the key."""
+    known = {source.factory.id: source.factory for source in factories}
+    for contributor_id, raw in options.items():
+        factory = known.get(contributor_id)
+        if factory is None:
+            raise ConfigError(f"config file: contributors.{contributor_id} names no installed contributor")
+        validate = getattr(factory, "validate_options", None)
+        if validate is not None:
+            try:
+                validate(raw)
+            except ValueError as exc:
+                raise ConfigError(f"config file: {exc}") from None

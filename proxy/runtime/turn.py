@@ -19,7 +19,6 @@ from proxy.identity import SessionIdentity
 from proxy.runtime.assembly import Assembler, Candidate, TurnRequest
 from proxy.runtime.limits import ModelLimits, ModelMapLookup, resolve_limits
 from proxy.runtime.provider import ProviderBackend
-from proxy.runtime.proxy_tools import ProxyToolbox
 from proxy.runtime.stream_buffer import accumulate, synthesize
 from proxy.runtime.trace import TraceWriter, redact_llm_input
 from proxy.session.store import SessionBusy, SessionStore
@@ -62,11 +61,11 @@ class _Answer:
         return [c for c in self.message.get("tool_calls") or [] if c["function"]["name"] in self.proxy_tools]
 
 
-class StepRecorder(Protocol):
-    """Stores a proxy-owned tool step so that later calls of the session see it in place."""
+class ProxyStepRunner(Protocol):
+    """Runs the model's proxy-owned tool calls and stores the step where later calls will see it."""
 
-    async def record_internal_step(self, context_id: str, anchor_hash: str, messages: list[dict[str, Any]]) -> None:
-        """Append ``messages`` after the message ``anchor_hash`` names."""
+    async def run_proxy_step(self, request: TurnRequest, message: dict[str, Any], calls: list[dict[str, Any]]) -> None:
+        """Run ``calls`` (made in ``message``) and store the step after the request's last message."""
 
 
 class TurnRunner:
@@ -80,15 +79,13 @@ class TurnRunner:
         backend: ProviderBackend,
         traces: TraceWriter | None,
         model_map: ModelMapLookup,
-        toolbox: ProxyToolbox | None = None,
-        steps: StepRecorder | None = None,
+        steps: ProxyStepRunner | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.assembler = assembler
         self.backend = backend
         self.traces = traces
-        self.toolbox = toolbox
         self.steps = steps
         self._model_map = model_map
         self._limits: dict[str, ModelLimits] = {}
@@ -150,20 +147,11 @@ class TurnRunner:
             if rounds >= self.settings.max_tool_rounds:
                 return _deliver(result, _without_proxy_calls(answer, self.settings.max_tool_rounds))
             rounds += 1
-            await self._run_proxy_step(request, answer.message, calls)
+            if self.steps is None:  # proxy tools are only offered by an assembler that also runs them
+                return _deliver(result, _without_proxy_calls(answer, rounds))
+            await self.steps.run_proxy_step(request, answer.message, calls)
             # Each proxy-owned round is a model call of its own: its own turn number and trace file.
             request = replace(request, turn=await self.store.next_turn(identity.context_id))
-
-    async def _run_proxy_step(self, request: TurnRequest, message: dict[str, Any], calls: list[dict[str, Any]]) -> None:
-        """Run the proxy-owned calls and store the step. Client calls made in the same answer are dropped:
-        the model made them without the results it asked for, and it is asked again right away."""
-        assert self.toolbox is not None and self.steps is not None  # proxy tools are offered only with both
-        context_id = request.identity.context_id
-        step: list[dict[str, Any]] = [{"role": "assistant", "content": message.get("content"), "tool_calls": calls}]
-        for call in calls:
-            result = await self.toolbox.run(context_id, call)
-            step.append({"role": "tool", "tool_call_id": call["id"], "content": result})
-        await self.steps.record_internal_step(context_id, request.reconciliation.head_hash, step)
 
     async def _call(self, request: TurnRequest, stack: AsyncExitStack) -> _Answer:
         """One model call; after a normalized overflow in dynamic mode, one forced retry."""
