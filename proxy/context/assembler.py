@@ -136,6 +136,16 @@ class ContextAssembler:
         window = AtomicHistoryWindowPolicy().apply(
             window_history, limit_tokens=inp.limit - fixed, estimator=self._estimator, checkpoint=checkpoint_message
         )
+        if inp.state and len(window.kept_indices) < len(window_history):
+            # The window dropped what compaction could not: judge visibility on what is really sent.
+            state = with_visibility(inp.state, window.messages, self._config.state)
+            collection = await self._collect(registry, inp, leading + list(window.messages), state)
+            admitted, prompt = self._admit(collection, inp.limit)
+            fixed = self._fixed_tokens(prompt, admitted, inp.tools)
+            window = AtomicHistoryWindowPolicy().apply(
+                window_history, limit_tokens=inp.limit - fixed, estimator=self._estimator, checkpoint=checkpoint_message
+            )
+            recollected = True
         composed = composer.compose(
             prompt.text, window.messages, admitted.messages, admitted.attachments, section_ids=prompt.section_ids
         )

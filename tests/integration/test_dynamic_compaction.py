@@ -42,16 +42,21 @@ def _run_agent(client: Any, steps: int, session: str, stream: bool = False) -> t
         {"role": "user", "content": f"Run the {steps}-step calibration protocol, then report the calibration fact."},
     ]
     for turn in range(1, steps + 5):
-        kwargs = {"model": "science-model", "messages": messages, "tools": TOOLS,
-                  "extra_headers": {"x-session-id": session}}
+        kwargs = {
+            "model": "science-model",
+            "messages": messages,
+            "tools": TOOLS,
+            "extra_headers": {"x-session-id": session},
+        }
         if stream:
             chunks = list(client.chat.completions.create(stream=True, **kwargs))
             content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
             calls: dict[int, dict[str, Any]] = {}
             for c in chunks:
                 for delta in (c.choices[0].delta.tool_calls or []) if c.choices else []:
-                    slot = calls.setdefault(delta.index, {"id": "", "type": "function",
-                                                          "function": {"name": "", "arguments": ""}})
+                    slot = calls.setdefault(
+                        delta.index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+                    )
                     slot["id"] = delta.id or slot["id"]
                     slot["function"]["name"] += delta.function.name or ""
                     slot["function"]["arguments"] += delta.function.arguments or ""
@@ -93,8 +98,10 @@ def test_long_tool_run_stays_in_the_window_and_reads_back_a_compacted_fact(start
 
     sent = sum(_tokens(body["messages"]) for body in provider.history)
     passthrough = sum(_tokens(history[: 2 + 2 * k]) for k in range(turns))
-    print(f"\nprompt tokens sent {sent:,} vs passthrough {passthrough:,} ({1 - sent / passthrough:.1%} fewer); "
-          f"largest request {largest:,} of {effective_limit:,}; summaries {model.summaries}")
+    print(
+        f"\nprompt tokens sent {sent:,} vs passthrough {passthrough:,} ({1 - sent / passthrough:.1%} fewer); "
+        f"largest request {largest:,} of {effective_limit:,}; summaries {model.summaries}"
+    )
     assert sent < passthrough * 0.25
 
 
@@ -121,8 +128,12 @@ def test_mixed_proxy_and_client_calls_never_reach_the_client(start_proxy, provid
         if any(m["tool_call_id"] == "r1" for m in seen):
             return Reply(content="read it")
         if len(seen) >= 1:  # a tool output exists: read_tool_output is offered now
-            return Reply(tool_calls=(ToolCall("read_tool_output", {"ref": "to_0000", "query": "x"}, id="r1"),
-                                     ToolCall("run_step", {"step": 9}, id="c1")))
+            return Reply(
+                tool_calls=(
+                    ToolCall("read_tool_output", {"ref": "to_0000", "query": "x"}, id="r1"),
+                    ToolCall("run_step", {"step": 9}, id="c1"),
+                )
+            )
         return Reply(tool_calls=(ToolCall("run_step", {"step": 1}, id="c0"),))
 
     provider.script(script)
@@ -143,8 +154,9 @@ def test_mixed_proxy_and_client_calls_never_reach_the_client(start_proxy, provid
     assert names == [] and text == "read it"
     # The provider saw the proxy's step (call + result) before answering; the unknown ref is reported.
     last = provider.history[-1]["messages"]
-    assert any(m.get("role") == "tool" and m.get("tool_call_id") == "r1" and "unknown reference" in m["content"]
-               for m in last)
+    assert any(
+        m.get("role") == "tool" and m.get("tool_call_id") == "r1" and "unknown reference" in m["content"] for m in last
+    )
     assert len(provider.history) == 3
 
 
@@ -152,8 +164,9 @@ def test_shadow_sends_the_clients_request_and_traces_the_candidate(start_proxy, 
     provider.script(ScienceModel(3))
     proxy = start_proxy(mode="shadow", models=(_route(provider.url),), trace_enabled=True)
     messages = [{"role": "system", "content": "lab agent"}, {"role": "user", "content": "start"}]
-    proxy.client().chat.completions.create(model="science-model", messages=messages, tools=TOOLS,
-                                           extra_headers={"x-session-id": "shadowed"})
+    proxy.client().chat.completions.create(
+        model="science-model", messages=messages, tools=TOOLS, extra_headers={"x-session-id": "shadowed"}
+    )
     assert provider.history[-1] == {"model": "scripted", "messages": messages, "tools": TOOLS}
     trace = json.loads((proxy.settings.data_dir / "context-traces" / "shadowed" / "turn-0001.json").read_text())
     assert trace["mode"] == "shadow" and trace["selectedPath"] == "dynamic"
@@ -165,8 +178,13 @@ def test_summarizer_overflow_falls_back_to_trimming_without_recursion(start_prox
     from proxy.demo.scripted_provider import Reply
 
     model = ScienceModel(40)
-    overflow = {"error": {"message": "This model's maximum context length is 16000 tokens.",
-                          "type": "invalid_request_error", "code": "context_length_exceeded"}}
+    overflow = {
+        "error": {
+            "message": "This model's maximum context length is 16000 tokens.",
+            "type": "invalid_request_error",
+            "code": "context_length_exceeded",
+        }
+    }
 
     def script(body: dict[str, Any]) -> Reply:
         if is_summary_request(body):
@@ -175,7 +193,7 @@ def test_summarizer_overflow_falls_back_to_trimming_without_recursion(start_prox
 
     provider.script(script)
     proxy = start_proxy(mode="dynamic", models=(_route(provider.url),), trace_enabled=True)
-    answer, _, turns = _run_agent(proxy.client(), 40, "no-summary")
+    _, _, turns = _run_agent(proxy.client(), 40, "no-summary")
     summary_calls = [b for b in provider.history if is_summary_request(b)]
     assert summary_calls, "the run never needed a checkpoint"
     folder: Path = proxy.settings.data_dir / "context-traces" / "no-summary"
