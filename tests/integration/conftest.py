@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import openai
 import pytest
 
+import proxy
 from proxy.app import create_app
 from proxy.config import ModelRoute, Settings
 from proxy.demo.scripted_provider import Reply, ScriptedProvider, serve_in_thread
@@ -28,9 +31,12 @@ class ProviderHandle:
     def history(self) -> list[dict[str, Any]]:
         return self.provider.history
 
-    def script(self, script: Callable[[dict[str, Any]], Reply], context_window: int | None = None) -> None:
+    def script(
+        self, script: Callable[[dict[str, Any]], Reply], context_window: int | None = None, chunk_delay: float = 0.0
+    ) -> None:
         self.provider.script = script
         self.provider.context_window = context_window
+        self.provider.chunk_delay = chunk_delay
 
 
 @pytest.fixture(scope="session")
@@ -46,6 +52,8 @@ def provider(_provider_server: tuple[ScriptedProvider, str]) -> ProviderHandle:
     scripted.history.clear()
     scripted.script = lambda body: Reply(content="ok")
     scripted.context_window = None
+    scripted.chunk_delay = 0.0
+    scripted.streams_finished = scripted.streams_abandoned = 0
     return ProviderHandle(scripted, url)
 
 
@@ -90,6 +98,21 @@ def start_proxy(tmp_path: Path, provider: ProviderHandle) -> Iterator[Callable[.
     yield start
     while stack:
         stack.pop().__exit__(None, None, None)
+    validate_traces(tmp_path / "data" / "context-traces")
+
+
+TRACE_SCHEMA = jsonschema.Draft202012Validator(
+    json.loads((Path(proxy.__file__).parent / "runtime" / "trace_schema.json").read_text())
+)
+
+
+def validate_traces(folder: Path) -> int:
+    """Every trace a test wrote must match the published schema v5; returns how many were checked."""
+    paths = sorted(folder.glob("*/turn-*.json"))
+    for path in paths:
+        errors = sorted(TRACE_SCHEMA.iter_errors(json.loads(path.read_text())), key=lambda e: list(e.path))
+        assert not errors, f"{path}: {errors[0].message} at {list(errors[0].path)}"
+    return len(paths)
 
 
 @pytest.fixture
