@@ -58,10 +58,13 @@ def estimate_prompt_tokens(body: dict[str, Any]) -> int:
 class ScriptedProvider:
     """The provider's behaviour: a script, an optional context window, and the record of requests."""
 
-    def __init__(self, script: Script, *, context_window: int | None = None) -> None:
+    def __init__(self, script: Script, *, context_window: int | None = None, chunk_delay: float = 0.0) -> None:
         self.script = script
         self.context_window = context_window
+        self.chunk_delay = chunk_delay  # seconds between stream chunks, to let a test disconnect mid-stream
         self.history: list[dict[str, Any]] = []
+        self.streams_finished = 0
+        self.streams_abandoned = 0  # the caller went away before the last chunk
         self._lock = threading.Lock()
 
     def app(self) -> Starlette:
@@ -103,7 +106,7 @@ class ScriptedProvider:
             chunks = _stream_chunks(
                 completion_id, body.get("model", ""), message, finish, usage if include_usage else None
             )
-            return StreamingResponse(_sse(chunks), media_type="text/event-stream")
+            return StreamingResponse(self._sse(chunks), media_type="text/event-stream")
         return JSONResponse(
             {
                 "id": completion_id,
@@ -115,6 +118,21 @@ class ScriptedProvider:
                 "usage": usage,
             }
         )
+
+    async def _sse(self, chunks: Iterator[dict[str, Any]]) -> AsyncIterator[str]:
+        finished = False
+        try:
+            for item in chunks:
+                yield f"data: {json.dumps(item)}\n\n"
+                await asyncio.sleep(self.chunk_delay)
+            yield "data: [DONE]\n\n"
+            finished = True
+        finally:
+            with self._lock:
+                if finished:
+                    self.streams_finished += 1
+                else:
+                    self.streams_abandoned += 1
 
 
 def _overflow_body(window: int, used: int) -> dict[str, Any]:
@@ -188,13 +206,6 @@ def _stream_chunks(
             "choices": [],
             "usage": usage,
         }
-
-
-async def _sse(chunks: Iterator[dict[str, Any]]) -> AsyncIterator[str]:
-    for item in chunks:
-        yield f"data: {json.dumps(item)}\n\n"
-        await asyncio.sleep(0)
-    yield "data: [DONE]\n\n"
 
 
 def free_port() -> int:

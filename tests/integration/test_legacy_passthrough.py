@@ -156,3 +156,22 @@ def test_content_part_arrays_pass_through(provider, legacy_proxy, stream):
     if stream:
         list(result)
     assert provider.history[-1]["messages"] == messages
+
+
+def test_client_disconnect_cancels_the_upstream_stream_and_frees_the_session(provider, legacy_proxy):
+    import time
+
+    provider.script(lambda body: Reply(content="x" * 400), chunk_delay=0.05)  # 25 chunks, ~1.3 s
+    client = legacy_proxy.client()
+    headers = {"x-session-id": "gone-away"}
+    stream = client.chat.completions.create(model="test-model", messages=MESSAGES, stream=True, extra_headers=headers)
+    next(iter(stream))
+    stream.close()  # the client goes away after the first chunk
+    deadline = time.monotonic() + 5
+    while provider.provider.streams_abandoned == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert provider.provider.streams_abandoned == 1
+    assert provider.provider.streams_finished == 0
+    provider.script(lambda body: Reply(content="next turn"))
+    again = client.chat.completions.create(model="test-model", messages=MESSAGES, extra_headers=headers)
+    assert again.choices[0].message.content == "next turn"  # the session's lock was released
