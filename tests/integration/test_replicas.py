@@ -113,20 +113,18 @@ async def test_thirty_sessions_alternating_between_two_replicas_are_stored_once_
     turn-0001..turn-0020 exist once across both replicas, each in the folder of the replica the client
     sent that turn to, and each turn's reconciliation found every message the previous turn (on the
     other replica) stored; a checkpoint written into the shared store after turn 10 by a store opened
-    from the replicas' own URL (standing in for replica A's process store) is read back, keyed to a
-    hash on the branch the other replica continued.
+    from the replicas' own URL (standing in for the process store of the replica that served turn 10)
+    is used by the other replica from turn 11 on: its compaction reuses it and the model sees it.
 
-    TODO(compaction across replicas): today only the shared-state half is asserted. Once the dynamic
-    assembler is wired into ``create_app`` (it was being wired when this was written), assert for
-    every session that the turn-11 trace, written by the other replica, reuses the checkpoint: its
-    ``compaction`` names ``covers`` as the reused checkpoint and its ``llmInput.messages[2]`` is the
-    ``<checkpoint ...>`` message with the text written here; then also drive one session past the
-    pressure threshold so that a replica's own summarizer writes the checkpoint the other one reuses.
+    TODO(compaction across replicas): the checkpoint is written by the test, not by a replica's own
+    summarizer. Drive one session past the pressure threshold (a small
+    SCIENCE_AGENT_CONTEXT_WINDOW_TOKENS and a script that answers summary requests) so that one
+    replica summarizes and the other reuses that checkpoint without summarizing again.
     """
     provider = ScriptedProvider(harness.tool_loop_script(TURNS))
     writer = open_store(store_url, tmp_path / "unused", lock_timeout_seconds=10)
     reader = open_store(store_url, tmp_path / "unused", lock_timeout_seconds=10)
-    written: dict[str, tuple[str, dict[str, Any]]] = {}
+    written: dict[str, tuple[str, Checkpoint]] = {}
 
     async def hand_off(run: Any, turn: int) -> None:
         # Between turn 10 (one replica) and turn 11 (the other): store a checkpoint keyed to the chain
@@ -145,8 +143,8 @@ async def test_thirty_sessions_alternating_between_two_replicas_are_stored_once_
                 "next_step": f"Look up step {turn}.",
             }
         )
-        checkpoint = Checkpoint(text=text, covers_hash=head, covered_messages=2 * turn - 2).to_record()
-        await writer.put_checkpoint(run.session_id, head, checkpoint)
+        checkpoint = Checkpoint(text=text, covers_hash=head, covered_messages=2 * turn - 2)
+        await writer.put_checkpoint(run.session_id, head, checkpoint.to_record())
         written[run.session_id] = (head, checkpoint)
 
     with serve_in_thread(provider.app()) as provider_url:
@@ -173,7 +171,7 @@ async def test_thirty_sessions_alternating_between_two_replicas_are_stored_once_
 
 
 async def _check_session(
-    run: Any, replicas: list[Any], store: SessionStore, model_calls: int, handoff: tuple[str, dict[str, Any]]
+    run: Any, replicas: list[Any], store: SessionStore, model_calls: int, handoff: tuple[str, Checkpoint]
 ) -> None:
     sid = run.session_id
     assert run.answer == f"finished after {TURNS - 1} steps", sid
@@ -189,6 +187,11 @@ async def _check_session(
         assert trace["turn"] == turn
         assert (trace["session"]["knownMessages"], trace["session"]["newMessages"]) == (2 * turn - 2, 2), (sid, turn)
         assert trace["session"]["forked"] is False, (sid, turn)
+        # The checkpoint written after turn 10 is reused by every later turn (turn 11 on the other
+        # replica first) and stands in the model's input for the steps it covers.
+        reused = (trace["compaction"] or {}).get("reused_checkpoint")
+        shown = handoff[1].message() in trace["llmInput"]["messages"]
+        assert (reused, shown) == ((handoff[0], True) if turn > HANDOFF_TURN else (None, False)), (sid, turn)
     head = traces[f"turn-{TURNS:04d}.json"][0][1]["session"]["headHash"]
 
     info = await store.session(sid)
@@ -199,7 +202,8 @@ async def _check_session(
 
     covers, checkpoint = handoff
     assert transcript[2 * HANDOFF_TURN - 1].chain_hash == covers  # the branch continued past it
-    assert await store.checkpoint(sid, covers) == checkpoint
+    assert await store.checkpoint(sid, covers) == checkpoint.to_record()
+    assert run.served_by[HANDOFF_TURN] != run.served_by[HANDOFF_TURN - 1]  # turn 11 ran on the other replica
 
 
 async def _check_no_stray_rows(store: Any, runs: list[Any]) -> None:
