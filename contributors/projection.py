@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from contributors.base import BuiltinContributor, OptionsError, names_option
 from proxy.canonical import stable_json
-from proxy.context.state import RunState, StateConfig, derive_state, with_visibility
+from proxy.context.state import RunState, StateConfig, derive_state
 from proxy.context.types import ContextMessage, ContributionRequest, ContributorOutput
 
 
@@ -31,11 +31,12 @@ def state_config(request: ContributionRequest) -> StateConfig:
 
 
 def run_state(request: ContributionRequest, channel: str) -> RunState:
-    """The run state for ``request``: the assembler's when it has ``channel``, else derived from the
-    visible history; visibility judged against the visible history either way."""
-    config = state_config(request)
-    state: Mapping[str, Any] = request.state if channel in request.state else derive_state(request.history, config)
-    return with_visibility(state, request.history, config)
+    """The run state for ``request``: the assembler's when it has ``channel`` (it already judged
+    visibility against this call's history, once for all contributors), else derived here from the
+    visible history."""
+    if channel in request.state:
+        return dict(request.state)
+    return derive_state(request.history, state_config(request))
 
 
 class StateProjection(BuiltinContributor):

@@ -107,7 +107,8 @@ class ContextAssembler:
 
         # Contributors see the client's instructions first, then the visible history.
         leading = [r.message for r in instructions]
-        collection = await self._collect(registry, inp, leading + history, inp.state)
+        state = self._visible_state(inp.state, history)
+        collection = await self._collect(registry, inp, leading + history, state)
         admitted, prompt = self._admit(collection, inp.limit)
         fixed = self._fixed_tokens(prompt, admitted, inp.tools)
         compaction = await self._compactor.compact(
@@ -123,10 +124,9 @@ class ContextAssembler:
             output_reserve=inp.output_reserve,
         )
         recollected = list(compaction.messages) != history
-        state = inp.state
         if recollected:
             # Plan progress and skill visibility are judged against what the model will actually see.
-            state = with_visibility(inp.state, compaction.messages, self._config.state) if inp.state else inp.state
+            state = self._visible_state(inp.state, compaction.messages)
             collection = await self._collect(registry, inp, leading + list(compaction.messages), state)
             admitted, prompt = self._admit(collection, inp.limit)
             fixed = self._fixed_tokens(prompt, admitted, inp.tools)
@@ -138,7 +138,7 @@ class ContextAssembler:
         )
         if inp.state and len(window.kept_indices) < len(window_history):
             # The window dropped what compaction could not: judge visibility on what is really sent.
-            state = with_visibility(inp.state, window.messages, self._config.state)
+            state = self._visible_state(inp.state, window.messages)
             collection = await self._collect(registry, inp, leading + list(window.messages), state)
             admitted, prompt = self._admit(collection, inp.limit)
             fixed = self._fixed_tokens(prompt, admitted, inp.tools)
@@ -189,6 +189,11 @@ class ContextAssembler:
             options=inp.options,
         )
         return await collect_detailed(registry, request, timeout=self._config.contributor_timeout_seconds)
+
+    def _visible_state(self, state: Mapping[str, Any], visible: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+        """The run state with plan progress and skill visibility judged against ``visible`` (once per
+        collection, so contributors need not each redo it)."""
+        return with_visibility(state, visible, self._config.state) if state else state
 
     def _admit(self, collection: Collection, limit: int) -> tuple[BudgetResult, RenderedPrompt]:
         prompt_budget = max(1, limit * self._config.prompt_percent // 100)

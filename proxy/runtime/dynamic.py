@@ -22,11 +22,16 @@ from proxy.runtime.assembly import Candidate, TurnRequest
 from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.proxy_tools import ProxyToolbox, ToolContext
 from proxy.runtime.summarizer import ModelSummarizer
-from proxy.session.store import SessionStore, SkillRef
+from proxy.session.store import SessionStore, SkillRef, tool_output_ref
 
 SESSION_WIDE = ""  # the chain hash under which session-wide state (not tied to a prefix) is kept
 PREVIEWED_REFS = "compaction.previewed_refs"
 INTERNAL_ANCHORS = "internal_steps.anchors"
+SUMMARY_RETRY_AFTER = "compaction.summary_retry_after"
+# After a summarization fails (the model errs or writes an unusable checkpoint), the deterministic
+# trimming stands and summarizing is not tried again until the history has grown this much: otherwise
+# every later turn would pay for the same failing model call.
+SUMMARY_RETRY_MESSAGES = 20
 
 
 @dataclass(frozen=True)
@@ -64,7 +69,7 @@ class DynamicAssembler:
     async def assemble(self, request: TurnRequest) -> Candidate:
         """The assembled candidate for this turn; also persists checkpoints and previewed references."""
         context_id = request.identity.context_id
-        history = await self.history(context_id, request.reconciliation.head_hash)
+        history = await self.history(request)
         context = self._tool_context(request, history)
         proxy_tools = self._toolbox.offered(context)
         client_tools = self._deferred.visible_tools(context.client_tools, promoted_names(context.state))
@@ -72,6 +77,8 @@ class DynamicAssembler:
         checkpoints, unreadable = _readable_checkpoints(await self._store.checkpoints(context_id))
         previewed = await self._store.state(context_id, SESSION_WIDE, PREVIEWED_REFS) or []
         limits = request.limits
+        retry_after = await self._store.state(context_id, SESSION_WIDE, SUMMARY_RETRY_AFTER)
+        may_summarize = request.forced or retry_after is None or len(history) >= retry_after
         summarizer = ModelSummarizer(self._backend, self._summary_route(request.route))
         output = await self._pipeline.assemble(
             AssemblyInput(
@@ -92,14 +99,20 @@ class DynamicAssembler:
                 stated_limit=request.stated_limit,
                 output_reserve=limits.output_reserve_tokens,
             ),
-            summarizer,
+            summarizer if may_summarize else None,
         )
+        summary_failed = bool(summarizer.calls) and output.new_checkpoint is None
+        if summary_failed or (retry_after is not None and output.new_checkpoint is not None):
+            next_try = len(history) + SUMMARY_RETRY_MESSAGES if summary_failed else None
+            await self._store.put_state(context_id, SESSION_WIDE, SUMMARY_RETRY_AFTER, next_try)
         if output.new_checkpoint is not None:
             checkpoint = output.new_checkpoint
             await self._store.put_checkpoint(context_id, checkpoint.covers_hash, checkpoint.to_record())
         if list(output.previewed_refs) != list(previewed):
             await self._store.put_state(context_id, SESSION_WIDE, PREVIEWED_REFS, list(output.previewed_refs))
         record = {"path": "dynamic", **output.trace, "summarizerCalls": summarizer.calls}
+        if not may_summarize:
+            record["summaryBackoff"] = {"retryAfterMessages": retry_after, "historyMessages": len(history)}
         if unreadable:
             record["storeDiagnostics"] = [
                 f"stored checkpoint {key} is unreadable and was ignored" for key in unreadable
@@ -127,7 +140,7 @@ class DynamicAssembler:
         asked for, and it is asked again right away with those results in place.
         """
         context_id = request.identity.context_id
-        history = await self.history(context_id, request.reconciliation.head_hash)
+        history = await self.history(request)
         context = self._tool_context(request, history)
         step: list[dict[str, Any]] = [{"role": "assistant", "content": message.get("content"), "tool_calls": calls}]
         for call in calls:
@@ -139,16 +152,23 @@ class DynamicAssembler:
                 await self._store.put_skill_ref(context_id, ref)
         await self.record_internal_step(context_id, request.reconciliation.head_hash, step)
 
-    async def history(self, context_id: str, head_hash: str) -> list[HistoryItem]:
-        """The canonical history of the branch ending at ``head_hash``, with proxy-owned steps in place."""
-        transcript = await self._store.transcript(context_id, head_hash)
+    async def history(self, request: TurnRequest) -> list[HistoryItem]:
+        """The canonical history of this request, with proxy-owned steps put back in place.
+
+        The request carries the branch it continues (reconciliation just stored it and named every
+        prefix), so the transcript is not read back; only the proxy's own steps come from the store.
+        """
+        context_id = request.identity.context_id
+        hashes = request.reconciliation.chain_hashes
+        messages = request.body["messages"]
         anchors = set(await self._store.state(context_id, SESSION_WIDE, INTERNAL_ANCHORS) or [])
         items: list[HistoryItem] = []
-        for stored in transcript:
-            items.append(HistoryItem(stored.message, stored.chain_hash, stored.tool_output_ref))
-            if stored.chain_hash in anchors:
-                previous = stored.chain_hash
-                for step in await self._store.internal_steps(context_id, stored.chain_hash):
+        for message, prefix in zip(messages, hashes, strict=True):
+            ref = tool_output_ref(prefix) if message.get("role") == "tool" else None
+            items.append(HistoryItem(message, prefix, ref))
+            if prefix in anchors:
+                previous = prefix
+                for step in await self._store.internal_steps(context_id, prefix):
                     previous = chain_hash(previous, step)  # a stable name, so checkpoints can cover it
                     items.append(HistoryItem(step, previous))
         return items

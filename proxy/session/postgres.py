@@ -203,7 +203,9 @@ class PostgresSessionStore:
             await conn.execute(
                 "UPDATE sessions SET head_hash = $2, updated_at = now() WHERE context_id = $1", context_id, hashes[-1]
             )
-            return Reconciliation(context_id, hashes[-1], known, [row.stored() for row in rows], forked, created)
+            return Reconciliation(
+                context_id, hashes[-1], known, [row.stored() for row in rows], forked, created, tuple(hashes)
+            )
 
         return await self._write(work)
 

@@ -221,7 +221,7 @@ class SqliteSessionStore:
             conn.execute(
                 "UPDATE sessions SET head_hash = ?, updated_at = ? WHERE context_id = ?", (hashes[-1], now, context_id)
             )
-            return Reconciliation(context_id, hashes[-1], known, new, forked, created)
+            return Reconciliation(context_id, hashes[-1], known, new, forked, created, tuple(hashes))
 
         return await self._w().write(work)
 

@@ -55,6 +55,7 @@ class Reconciliation:
     new_messages: list[StoredMessage]  # the rest, now stored, in order
     forked: bool  # the request left the branch the session last continued
     created: bool  # the session did not exist before this request
+    chain_hashes: tuple[str, ...] = ()  # of every request message, in order (the last is head_hash)
 
 
 @dataclass(frozen=True)

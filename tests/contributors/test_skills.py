@@ -9,7 +9,7 @@ import pytest
 
 from contributors.skills import READ_SKILL_SCHEMA, UNAVAILABLE, SkillLibrary
 from proxy.context.previews import render_preview
-from proxy.context.state import derive_state
+from proxy.context.state import StateConfig, derive_state, with_visibility
 
 BODY = "Fit with least squares.\nReport residuals.\nSECRET-BODY-MARKER"
 
@@ -105,9 +105,10 @@ async def test_select_limits_the_catalog(collect, folder: Path) -> None:
 async def test_notice_when_the_read_skill_result_is_no_longer_visible(collect, folder: Path) -> None:
     library = SkillLibrary(folder)
     history = read_history(library)
-    state = derive_state(history)  # the assembler's state, from canonical history before compaction
     revision = library.read("fitting").revision
     compacted = [history[0], {"role": "assistant", "content": "checkpoint: fitting in progress"}]
+    # The assembler's state: derived from canonical history, visibility judged against this call's history.
+    state = with_visibility(derive_state(history), compacted, StateConfig())
     collection = await collect(history=compacted, state=state, options={"skills": {"folder": str(folder)}})
     (notice,) = [m for m in collection.messages if m.id == "skills.unavailable"]
     assert UNAVAILABLE in notice.content and f"fitting (revision {revision})" in notice.content
@@ -122,7 +123,9 @@ async def test_notice_when_the_result_became_a_preview(collect, folder: Path) ->
     preview = render_preview(long_body, "to_s1")
     assert preview is not None
     previewed = [*history[:2], {**history[2], "content": preview}]
-    collection = await collect(history=previewed, state=derive_state(history))
+    collection = await collect(
+        history=previewed, state=with_visibility(derive_state(history), previewed, StateConfig())
+    )
     assert [m.id for m in collection.messages] == ["skills.unavailable"]
 
 
