@@ -39,6 +39,8 @@ def _serve(settings: Settings, host: str, port: int) -> int:
     import uvicorn
 
     from proxy.app import create_app
+    from proxy.runtime.services import check_settings
 
+    check_settings(settings)
     uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
     return 0

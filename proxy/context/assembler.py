@@ -22,6 +22,7 @@ from proxy.context.checkpoint import Checkpoint
 from proxy.context.collector import Collection, collect_detailed
 from proxy.context.compactor import CompactionResult, HistoryCompactor, HistoryRecord, Summarizer
 from proxy.context.composer import DefaultContextMessageComposer
+from proxy.context.estimators import TurnEstimator
 from proxy.context.message_count import apply_message_count_cap
 from proxy.context.registry import ContextContributorRegistry
 from proxy.context.renderer import DeterministicSystemPromptRenderer, RenderedPrompt
@@ -96,6 +97,7 @@ class ContextAssembler:
     async def assemble(self, inp: AssemblyInput, summarizer: Summarizer | None = None) -> AssemblyOutput:
         """Assemble one call's input; raises ``AssemblyFailed`` when the minimum does not fit."""
         started = time.perf_counter()
+        estimator = TurnEstimator(self._estimator)
         registry = self._registries(inp.scope)
         # The identity contributor renders the client's system/developer messages into the stable
         # prompt, verbatim; without one they stay in the history rather than being lost.
@@ -109,12 +111,12 @@ class ContextAssembler:
         leading = [r.message for r in instructions]
         state = self._visible_state(inp.state, history)
         collection = await self._collect(registry, inp, leading + history, state)
-        admitted, prompt = self._admit(collection, inp.limit)
-        fixed = self._fixed_tokens(prompt, admitted, inp.tools)
+        admitted, prompt = self._admit(collection, inp.limit, estimator)
+        fixed = self._fixed_tokens(prompt, admitted, inp.tools, estimator)
         compaction = await self._compactor.compact(
             kept,
             limit=inp.limit,
-            estimator=self._estimator,
+            estimator=estimator,
             summarizer=summarizer,
             fixed_tokens=fixed,
             checkpoints=inp.checkpoints,
@@ -128,30 +130,28 @@ class ContextAssembler:
             # Plan progress and skill visibility are judged against what the model will actually see.
             state = self._visible_state(inp.state, compaction.messages)
             collection = await self._collect(registry, inp, leading + list(compaction.messages), state)
-            admitted, prompt = self._admit(collection, inp.limit)
-            fixed = self._fixed_tokens(prompt, admitted, inp.tools)
+            admitted, prompt = self._admit(collection, inp.limit, estimator)
+            fixed = self._fixed_tokens(prompt, admitted, inp.tools, estimator)
 
         window_history, checkpoint_message = compaction.history_and_checkpoint
         composer = DefaultContextMessageComposer()
         window = AtomicHistoryWindowPolicy().apply(
-            window_history, limit_tokens=inp.limit - fixed, estimator=self._estimator, checkpoint=checkpoint_message
+            window_history, limit_tokens=inp.limit - fixed, estimator=estimator, checkpoint=checkpoint_message
         )
         if inp.state and len(window.kept_indices) < len(window_history):
             # The window dropped what compaction could not: judge visibility on what is really sent.
             state = self._visible_state(inp.state, window.messages)
             collection = await self._collect(registry, inp, leading + list(window.messages), state)
-            admitted, prompt = self._admit(collection, inp.limit)
-            fixed = self._fixed_tokens(prompt, admitted, inp.tools)
+            admitted, prompt = self._admit(collection, inp.limit, estimator)
+            fixed = self._fixed_tokens(prompt, admitted, inp.tools, estimator)
             window = AtomicHistoryWindowPolicy().apply(
-                window_history, limit_tokens=inp.limit - fixed, estimator=self._estimator, checkpoint=checkpoint_message
+                window_history, limit_tokens=inp.limit - fixed, estimator=estimator, checkpoint=checkpoint_message
             )
             recollected = True
         composed = composer.compose(
             prompt.text, window.messages, admitted.messages, admitted.attachments, section_ids=prompt.section_ids
         )
-        estimated = ContextValidator().validate(
-            composed, limit_tokens=inp.limit, estimator=self._estimator, tools=inp.tools
-        )
+        estimated = ContextValidator().validate(composed, limit_tokens=inp.limit, estimator=estimator, tools=inp.tools)
         trace = _trace(inp, collection, admitted, prompt, compaction, window, composed.messages, recollected)
         plan = state.get(PLAN) if state else None
         if isinstance(plan, Mapping) and plan.get("progress") is not None:
@@ -195,18 +195,26 @@ class ContextAssembler:
         collection, so contributors need not each redo it)."""
         return with_visibility(state, visible, self._config.state) if state else state
 
-    def _admit(self, collection: Collection, limit: int) -> tuple[BudgetResult, RenderedPrompt]:
+    def _admit(
+        self, collection: Collection, limit: int, estimator: TokenEstimator
+    ) -> tuple[BudgetResult, RenderedPrompt]:
         prompt_budget = max(1, limit * self._config.prompt_percent // 100)
         message_budget = max(1, limit * self._config.message_percent // 100)
-        admitted = apply_context_budget(collection, prompt_budget, message_budget, self._estimator)
+        admitted = apply_context_budget(collection, prompt_budget, message_budget, estimator)
         return admitted, DeterministicSystemPromptRenderer().render(admitted.sections)
 
-    def _fixed_tokens(self, prompt: RenderedPrompt, admitted: BudgetResult, tools: Sequence[Mapping[str, Any]]) -> int:
+    def _fixed_tokens(
+        self,
+        prompt: RenderedPrompt,
+        admitted: BudgetResult,
+        tools: Sequence[Mapping[str, Any]],
+        estimator: TokenEstimator,
+    ) -> int:
         """What the call costs besides the history: system prompt, tool schemas, contributed messages."""
         hidden = DefaultContextMessageComposer().hidden_messages(admitted.messages, admitted.attachments)
-        prompt_cost = self._estimator.count_message({"role": "system", "content": prompt.text}) if prompt.text else 0
-        tool_cost = self._estimator.count_tools(tools) if tools else 0
-        return prompt_cost + tool_cost + sum(self._estimator.count_message(m) for m in hidden)
+        prompt_cost = estimator.count_message({"role": "system", "content": prompt.text}) if prompt.text else 0
+        tool_cost = estimator.count_tools(tools) if tools else 0
+        return prompt_cost + tool_cost + sum(estimator.count_message(m) for m in hidden)
 
 
 def _has_identity(registry: ContextContributorRegistry) -> bool:

@@ -208,3 +208,30 @@ def _message_key(message: Mapping[str, Any]) -> Hashable:
         except (KeyError, TypeError, AttributeError):
             pass  # an unusual shape: the canonical hash handles it
     return ("hash", message_hash(message))
+
+
+class TurnEstimator:
+    """Memoizes counts by message object for one assembly: the compactor, the window and the validator
+    count the same message dicts, and even a cache hit costs building its key. Holds the messages it
+    counted, so an ``id`` is never reused while the memo lives; make one per turn, never share it."""
+
+    def __init__(self, inner: TokenEstimator) -> None:
+        self.inner = inner
+        self._counts: dict[int, tuple[Mapping[str, Any], int]] = {}
+
+    def count_text(self, text: str) -> int:
+        """Passed through: texts are few per turn."""
+        return self.inner.count_text(text)
+
+    def count_message(self, message: Mapping[str, Any]) -> int:
+        """The inner count, once per message object."""
+        found = self._counts.get(id(message))
+        if found is not None and found[0] is message:
+            return found[1]
+        tokens = self.inner.count_message(message)
+        self._counts[id(message)] = (message, tokens)
+        return tokens
+
+    def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
+        """Passed through."""
+        return self.inner.count_tools(tools)

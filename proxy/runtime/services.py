@@ -26,6 +26,7 @@ from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.proxy_tools import ProxyToolbox, find_tools_tool, read_skill_tool, read_tool_output_tool
 from proxy.runtime.trace import TraceWriter
 from proxy.runtime.turn import TurnRunner
+from proxy.session import open_store
 from proxy.session.store import SessionStore
 
 
@@ -38,8 +39,7 @@ def build_runner(
 ) -> TurnRunner:
     """The runner for these settings; ``assembler`` replaces the dynamic pipeline (tests)."""
     state_config = StateConfig.from_options(settings.contributor_options)
-    allow = set(settings.contributor_allow) if settings.contributor_allow is not None else None
-    factories = discover_factories(allow)
+    factories = checked_factories(settings)
     registries = {scope: ContextContributorRegistry(scope, factories) for scope in SCOPES}
     compactor = HistoryCompactor(
         CompactionConfig(
@@ -58,7 +58,6 @@ def build_runner(
         ),
     )
     options = settings.contributor_options
-    _validate_contributor_options(factories, options)
     deferred = DeferredToolPolicy(options.get("capabilities", {}).get("deferred") or ())
     tools = [read_tool_output_tool(store), find_tools_tool(deferred)]
     skills = options.get("skills", {})
@@ -73,6 +72,25 @@ def build_runner(
     dynamic = DynamicAssembler(settings, store, pipeline, toolbox, backend, summary_route, deferred, state_config)
     traces = TraceWriter(settings.resolved_trace_dir) if settings.trace_enabled else None
     return TurnRunner(settings, store, assembler or dynamic, backend, traces, model_map, dynamic)
+
+
+def check_settings(settings: Settings) -> None:
+    """What only the installed packages can check, done before serving: contributor options and the
+    store URL's options. Raises ``ConfigError`` naming the setting."""
+    checked_factories(settings)
+    if settings.store_url:
+        try:
+            open_store(settings.store_url, settings.data_dir, settings.session_lock_seconds)
+        except ValueError as exc:
+            raise ConfigError(f"CONTEXT_PROXY_STORE_URL: {exc}") from None
+
+
+def checked_factories(settings: Settings) -> list[FactorySource]:
+    """The allowed contributor factories, each having checked its options from the config file."""
+    allow = set(settings.contributor_allow) if settings.contributor_allow is not None else None
+    factories = discover_factories(allow)
+    _validate_contributor_options(factories, settings.contributor_options)
+    return factories
 
 
 def _validate_contributor_options(factories: list[FactorySource], options: Mapping[str, Mapping[str, Any]]) -> None:

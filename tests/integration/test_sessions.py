@@ -125,3 +125,17 @@ async def test_concurrent_sessions_all_complete(start_proxy, provider):
     ids = await asyncio.gather(*(one(i) for i in range(12)))
     await client.close()
     assert sorted(ids) == sorted(f"c-{i}" for i in range(12))
+
+
+def test_per_request_mode_header_only_when_the_operator_allows_it(start_proxy, provider):
+    body = {"model": "test-model", "messages": [{"role": "user", "content": "x"}]}
+    locked = start_proxy(mode="dynamic")
+    with httpx.Client(base_url=locked.url) as http:
+        ignored = http.post("/v1/chat/completions", json=body, headers={"x-context-mode": "legacy"})
+    assert ignored.headers["x-context-mode"] == "dynamic"
+    open_proxy = start_proxy(mode="dynamic", allow_mode_header=True)
+    with httpx.Client(base_url=open_proxy.url) as http:
+        chosen = http.post("/v1/chat/completions", json=body, headers={"x-context-mode": "legacy"})
+        bad = http.post("/v1/chat/completions", json=body, headers={"x-context-mode": "turbo"})
+    assert chosen.headers["x-context-mode"] == "legacy"
+    assert bad.status_code == 400 and "x-context-mode" in bad.json()["error"]["message"]
