@@ -1,8 +1,10 @@
-"""``context-proxy demo``: a short scripted science-agent session through the real proxy, offline.
+"""``context-proxy demo``: scripted science-agent sessions through the real proxy, offline.
 
 It starts the scripted provider and the proxy (real uvicorn servers on loopback, SQLite store),
 then plays an agent that resends its whole history each turn, runs its own tool calls, and stops at
-the final answer. After each turn it prints what the provider actually received.
+the final answer, printing after each turn what the provider actually received. A second, longer
+run outgrows the model's window: the proxy previews old outputs, writes checkpoints, and the model
+still reads a fact from step 1 back through the proxy-owned read_tool_output.
 """
 
 from __future__ import annotations
@@ -15,9 +17,13 @@ from typing import Any
 import httpx
 
 from proxy.config import ModelRoute, Settings
+from proxy.demo.science import TOOLS as SCIENCE_TOOLS
+from proxy.demo.science import ScienceModel, client_tool_result, is_summary_request
 from proxy.demo.scripted_provider import Reply, ScriptedProvider, ToolCall, serve_in_thread
 
 MODEL = "demo-scientist"
+LONG_RUN_STEPS = 30
+LONG_RUN_WINDOW = 16_000
 TOOLS = [
     {
         "type": "function",
@@ -78,8 +84,8 @@ def run_demo(data_dir: Path | None) -> int:
                     "api_base": f"{provider_url}/v1",
                     "api_key": "sk-demo-not-a-secret",
                 },
-                max_input_tokens=32_000,
-                max_output_tokens=4_096,
+                max_input_tokens=LONG_RUN_WINDOW,
+                max_output_tokens=1_000,
             )
             settings = Settings(data_dir=folder, models=(route,), trace_enabled=True)
             from proxy.app import create_app
@@ -87,7 +93,9 @@ def run_demo(data_dir: Path | None) -> int:
             with serve_in_thread(create_app(settings)) as proxy_url:
                 print(f"scripted provider at {provider_url}, context proxy at {proxy_url} (mode {settings.mode})")
                 answer = _play_agent(proxy_url, provider)
-        print(f"\nfinal answer: {answer}")
+                print(f"\nfinal answer: {answer}")
+                provider.script = ScienceModel(LONG_RUN_STEPS)
+                _play_long_run(proxy_url, provider)
         print(f"store and traces in {folder}" if data_dir else "store and traces were in a temporary folder")
     return 0
 
@@ -110,6 +118,46 @@ def _play_agent(proxy_url: str, provider: ScriptedProvider) -> str:
                 result = run_tool(call["function"]["name"], json.loads(call["function"]["arguments"]))
                 messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
     return "(no final answer within 5 turns)"
+
+
+def _play_long_run(proxy_url: str, provider: ScriptedProvider) -> None:
+    """A long run whose history outgrows the window: one line per turn on what the provider got."""
+    print(f"\n=== a {LONG_RUN_STEPS}-step run, 12 KB per tool output, {LONG_RUN_WINDOW:,}-token window ===")
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are an autonomous lab agent. Run the protocol step by step."},
+        {"role": "user", "content": f"Run the {LONG_RUN_STEPS}-step calibration protocol, then report the fact."},
+    ]
+    headers = {"x-session-id": "demo-long-run"}
+    with httpx.Client(base_url=proxy_url, timeout=60) as client:
+        for turn in range(1, LONG_RUN_STEPS + 3):
+            seen = len(provider.history)
+            body = {"model": MODEL, "messages": messages, "tools": SCIENCE_TOOLS}
+            response = client.post("/v1/chat/completions", json=body, headers=headers)
+            response.raise_for_status()
+            sent = [b for b in provider.history[seen:] if not is_summary_request(b)]
+            summaries = len(provider.history[seen:]) - len(sent)
+            for request in sent:
+                text = json.dumps(request["messages"], ensure_ascii=False)
+                print(
+                    f"turn {turn:2d}: client history {len(messages):3d} messages, {_tokens(messages):7,} tokens "
+                    f"-> provider got {len(request['messages']):2d} messages, "
+                    f"{_tokens(request['messages']):6,} tokens, "
+                    f"{text.count('ref=to_'):2d} previews, checkpoint={'<checkpoint' in text}"
+                    + (f", {summaries} summarizer call(s)" if summaries else "")
+                )
+            message = response.json()["choices"][0]["message"]
+            messages.append({k: v for k, v in message.items() if v is not None})
+            if not message.get("tool_calls"):
+                print(f"final answer: {message.get('content')}")
+                return
+            messages += [client_tool_result(call) for call in message["tool_calls"]]
+
+
+def _tokens(messages: list[dict[str, Any]]) -> int:
+    """Real tokens (o200k_base), to show the window is respected; tiktoken reads litellm's bundled file."""
+    import tiktoken
+
+    return len(tiktoken.get_encoding("o200k_base").encode(json.dumps(messages, ensure_ascii=False)))
 
 
 def _print_provider_request(turn: int, body: dict[str, Any], headers: httpx.Headers) -> None:
