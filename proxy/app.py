@@ -80,7 +80,13 @@ def create_app(
         identity = identify(request.headers, body)
         if services.runner is None:
             raise ProxyError("The proxy is still starting.", status=503, code="starting")
-        result = await services.runner.run(body, identity, route, request.headers, _mode(request, settings))
+        mode = _mode(request, settings)
+        try:
+            result = await services.runner.run(body, identity, route, request.headers, mode)
+        except ProxyError as exc:
+            # The session is known by now: an error answer names it too, so a client can find its trace.
+            exc.headers.update({"x-context-id": identity.context_id, "x-context-mode": mode})
+            raise
         return _respond(result)
 
     async def list_models(request: Request) -> Response:

@@ -118,8 +118,10 @@ def test_overflow_twice_is_surfaced_after_exactly_two_attempts(start_proxy, prov
     provider.script(_overflow_first(99))
     client = proxy.client()
     with pytest.raises(openai.BadRequestError) as caught:
-        client.chat.completions.create(model="test-model", messages=MESSAGES)
+        client.chat.completions.create(model="test-model", messages=MESSAGES, extra_headers={"x-session-id": "twice"})
     assert caught.value.code == "context_length_exceeded"
+    assert caught.value.response.headers["x-context-id"] == "twice"
+    assert caught.value.response.headers["x-context-mode"] == "dynamic"
     assert "forced compaction retry" in caught.value.message
     assert len(provider.history) == 2
 
