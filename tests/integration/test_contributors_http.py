@@ -213,3 +213,54 @@ def test_third_party_package_registers_through_the_entry_point(start_proxy, prov
     assert len(notes[0]) < len("note " * 2000)
     _post(proxy.client(), [{"role": "user", "content": "go"}], "plugin-reviewer", scope="reviewer")
     assert _hidden(provider.history[-1], "sample") == []  # its scope is main only
+
+
+def test_a_session_first_seen_mid_run_fills_every_channel_before_compaction(start_proxy, provider):
+    """80 messages arrive at once; the early plan, memory, artifact and delegation calls are compacted
+    away from what the model sees, yet every channel is projected from the canonical history."""
+
+    def call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+    plan = {"plan": [{"step": "index peaks", "status": "completed"}, {"step": "refine", "status": "in_progress"}]}
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "Refine sample 7."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                call("p1", "update_plan", plan),
+                call("m1", "remember", {"key": "lattice", "value": "a=5.431 Å"}),
+                call("a1", "write_artifact", {"path": "refined.cif"}),
+                call("d1", "delegate", {"task": "check twinning"}),
+            ],
+        },
+        {"role": "tool", "tool_call_id": "d1", "content": "delegated to subagent s-2"},
+        {"role": "tool", "tool_call_id": "a1", "content": "saved refined.cif"},
+        {"role": "tool", "tool_call_id": "m1", "content": "remembered"},
+        {"role": "tool", "tool_call_id": "p1", "content": "Plan updated"},
+    ]
+    k = 0
+    while len(messages) < 79:
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [call(f"c{k}", "measure", {"k": k})]},
+            {"role": "tool", "tool_call_id": f"c{k}", "content": f"frame {k}: " + "0.125 " * 400},
+        ]
+        k += 1
+    messages.append({"role": "user", "content": "Continue."})
+
+    def script(body: dict[str, Any]) -> Reply:
+        if is_summary_request(body):
+            return Reply(content=checkpoint_for(body["messages"][-1]["content"]))
+        return Reply(content="continuing")
+
+    provider.script(script)
+    proxy = start_proxy(models=(_route(provider.url, window=8_000),))
+    _post(proxy.client(), messages, "mid-run")
+    last = provider.history[-1]
+    assert not any(m.get("tool_call_id") == "p1" for m in last["messages"])  # the declaring call is gone
+    (plan_state,) = _hidden(last, "plan")
+    assert "[in_progress] refine" in plan_state and "no longer in the visible history" in plan_state
+    assert "a=5.431" in "".join(_hidden(last, "memory"))
+    assert "refined.cif" in "".join(_hidden(last, "artifact"))
+    assert "check twinning" in "".join(_hidden(last, "delegation"))
