@@ -1,4 +1,4 @@
-"""``context-proxy serve | demo`` (also ``python -m proxy``)."""
+"""``context-proxy serve | demo | examples`` (also ``python -m proxy``)."""
 
 from __future__ import annotations
 
@@ -21,12 +21,20 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--port", type=int, default=4000)
     demo = commands.add_parser("demo", help="run a scripted agent session through the real proxy, offline")
     demo.add_argument("--data-dir", type=Path, help="keep the store and traces here (default: a temporary folder)")
+    examples = commands.add_parser("examples", help="write three reproducible context examples, offline")
+    examples.add_argument(
+        "--out", type=Path, help="default: SCIENCE_AGENT_CONTEXT_EXAMPLE_DIR, else .tmp/context-examples"
+    )
     args = parser.parse_args(argv)
     prepare_offline_environment()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         if args.command == "serve":
             return _serve(Settings.from_env(config_path=args.config), args.host, args.port)
+        if args.command == "examples":
+            from proxy.demo.examples import DEFAULT_DIR, run_examples
+
+            return run_examples(args.out or Settings.from_env().example_dir or DEFAULT_DIR)
         from proxy.demo.run import run_demo
 
         return run_demo(args.data_dir)
