@@ -54,10 +54,13 @@ class AssemblyInput:
     model: str
     turn: int
     history: Sequence[HistoryRecord]  # the canonical history, oldest first
-    tools: Sequence[Mapping[str, Any]]  # exactly the tools the model will be offered
+    tools: Sequence[Mapping[str, Any]]  # the tools the model will be offered
     limit: int  # the effective input limit in tokens
     metadata: Mapping[str, Any] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)
+    # Offered too, but only once references are in play (compaction left a preview or a checkpoint):
+    # read_tool_output is useless before, and offering it early changes the tool list for nothing.
+    reference_tools: Sequence[Mapping[str, Any]] = ()
     state: Mapping[str, Any] = field(default_factory=dict)
     options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     checkpoints: Sequence[Checkpoint] = ()
@@ -110,9 +113,11 @@ class ContextAssembler:
         # Contributors see the client's instructions first, then the visible history.
         leading = [r.message for r in instructions]
         state = self._visible_state(inp.state, history)
-        collection = await self._collect(registry, inp, leading + history, state)
+        tools = list(inp.tools)
+        collection = await self._collect(registry, inp, leading + history, state, tools)
         admitted, prompt = self._admit(collection, inp.limit, estimator)
-        fixed = self._fixed_tokens(prompt, admitted, inp.tools, estimator)
+        # Compaction plans as if the reference tools were offered: they may be, once it is done.
+        fixed = self._fixed_tokens(prompt, admitted, [*tools, *inp.reference_tools], estimator)
         compaction = await self._compactor.compact(
             kept,
             limit=inp.limit,
@@ -125,13 +130,15 @@ class ContextAssembler:
             stated_limit=inp.stated_limit,
             output_reserve=inp.output_reserve,
         )
-        recollected = list(compaction.messages) != history
+        if inp.reference_tools and (compaction.previewed_refs or compaction.checkpoint is not None):
+            tools += inp.reference_tools
+        recollected = list(compaction.messages) != history or len(tools) != len(inp.tools)
         if recollected:
             # Plan progress and skill visibility are judged against what the model will actually see.
             state = self._visible_state(inp.state, compaction.messages)
-            collection = await self._collect(registry, inp, leading + list(compaction.messages), state)
+            collection = await self._collect(registry, inp, leading + list(compaction.messages), state, tools)
             admitted, prompt = self._admit(collection, inp.limit, estimator)
-            fixed = self._fixed_tokens(prompt, admitted, inp.tools, estimator)
+        fixed = self._fixed_tokens(prompt, admitted, tools, estimator)
 
         window_history, checkpoint_message = compaction.history_and_checkpoint
         composer = DefaultContextMessageComposer()
@@ -141,9 +148,9 @@ class ContextAssembler:
         if inp.state and len(window.kept_indices) < len(window_history):
             # The window dropped what compaction could not: judge visibility on what is really sent.
             state = self._visible_state(inp.state, window.messages)
-            collection = await self._collect(registry, inp, leading + list(window.messages), state)
+            collection = await self._collect(registry, inp, leading + list(window.messages), state, tools)
             admitted, prompt = self._admit(collection, inp.limit, estimator)
-            fixed = self._fixed_tokens(prompt, admitted, inp.tools, estimator)
+            fixed = self._fixed_tokens(prompt, admitted, tools, estimator)
             window = AtomicHistoryWindowPolicy().apply(
                 window_history, limit_tokens=inp.limit - fixed, estimator=estimator, checkpoint=checkpoint_message
             )
@@ -151,8 +158,8 @@ class ContextAssembler:
         composed = composer.compose(
             prompt.text, window.messages, admitted.messages, admitted.attachments, section_ids=prompt.section_ids
         )
-        estimated = ContextValidator().validate(composed, limit_tokens=inp.limit, estimator=estimator, tools=inp.tools)
-        trace = _trace(inp, collection, admitted, prompt, compaction, window, composed.messages, recollected)
+        estimated = ContextValidator().validate(composed, limit_tokens=inp.limit, estimator=estimator, tools=tools)
+        trace = _trace(inp, collection, admitted, prompt, compaction, window, composed.messages, recollected, tools)
         plan = state.get(PLAN) if state else None
         if isinstance(plan, Mapping) and plan.get("progress") is not None:
             trace["planProgress"] = plan["progress"]
@@ -161,7 +168,7 @@ class ContextAssembler:
         trace["assemblyMs"] = round((time.perf_counter() - started) * 1000, 3)
         return AssemblyOutput(
             messages=[dict(m) for m in composed.messages],
-            tools=[dict(t) for t in inp.tools],
+            tools=[dict(t) for t in tools],
             new_checkpoint=compaction.checkpoint if compaction.new_checkpoint else None,
             previewed_refs=compaction.previewed_refs,
             visible_history=compaction.messages,
@@ -174,12 +181,13 @@ class ContextAssembler:
         inp: AssemblyInput,
         history: Sequence[Mapping[str, Any]],
         state: Mapping[str, Any],
+        tools: Sequence[Mapping[str, Any]],
     ) -> Collection:
         request = ContributionRequest(
             scope=inp.scope,
             context_id=inp.context_id,
             history=history,
-            tools=inp.tools,
+            tools=tools,
             metadata=inp.metadata,
             headers=inp.headers,
             state=state,
@@ -234,6 +242,7 @@ def _trace(
     window: WindowResult,
     messages: Sequence[Mapping[str, Any]],
     recollected: bool,
+    tools: Sequence[Mapping[str, Any]],
 ) -> dict[str, Any]:
     """The stage records a schema-v5 trace holds (the runtime adds mode, budgets and llmInput)."""
     compaction_trace = compaction.trace.to_trace()
@@ -260,7 +269,7 @@ def _trace(
             "prompt": prompt.text,
             "sectionIds": list(prompt.section_ids),
             "callHistory": [dict(m) for m in messages],
-            "tools": [dict(t) for t in inp.tools],
+            "tools": [dict(t) for t in tools],
             "window": window.to_trace(),
         },
         "compaction": compaction_trace,

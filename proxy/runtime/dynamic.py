@@ -73,7 +73,9 @@ class DynamicAssembler:
         context = self._tool_context(request, history)
         proxy_tools = self._toolbox.offered(context)
         client_tools = self._deferred.visible_tools(context.client_tools, promoted_names(context.state))
-        tools = [dict(tool) for tool in client_tools] + [dict(tool.schema) for tool in proxy_tools]
+        tools = [dict(tool) for tool in client_tools]
+        tools += [dict(tool.schema) for tool in proxy_tools if not tool.needs_references]
+        reference_tools = [dict(tool.schema) for tool in proxy_tools if tool.needs_references]
         checkpoints, unreadable = _readable_checkpoints(await self._store.checkpoints(context_id))
         previewed = await self._store.state(context_id, SESSION_WIDE, PREVIEWED_REFS) or []
         limits = request.limits
@@ -88,6 +90,7 @@ class DynamicAssembler:
                 turn=request.turn,
                 history=history,
                 tools=tools,
+                reference_tools=reference_tools,
                 limit=limits.effective_input_tokens,
                 metadata=_mapping(request.body.get("metadata")),
                 headers=request.headers,
@@ -121,7 +124,7 @@ class DynamicAssembler:
             messages=output.messages,
             tools=output.tools or None,
             record=record,
-            proxy_tools=frozenset(tool.name for tool in proxy_tools),
+            proxy_tools=frozenset(tool.name for tool in proxy_tools) & _tool_names(output.tools),
         )
 
     def _tool_context(self, request: TurnRequest, history: list[HistoryItem]) -> ToolContext:
@@ -190,6 +193,10 @@ def _readable_checkpoints(stored: Mapping[str, Any]) -> tuple[list[Checkpoint], 
         except (KeyError, TypeError, ValueError):
             unreadable.append(key)
     return readable, unreadable
+
+
+def _tool_names(tools: list[dict[str, Any]]) -> frozenset[str]:
+    return frozenset(str((tool.get("function") or {}).get("name")) for tool in tools)
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

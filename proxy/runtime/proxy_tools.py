@@ -36,6 +36,7 @@ class ProxyTool:
     schema: Mapping[str, Any]
     run: Callable[[ToolContext, str], Awaitable[str]]  # (context, raw JSON arguments) -> result text
     offer_when: Callable[[ToolContext], bool]
+    needs_references: bool = False  # offered only once compaction left a preview or a checkpoint
 
 
 class _SessionOutputs:
@@ -50,7 +51,7 @@ class _SessionOutputs:
 
 
 def read_tool_output_tool(store: SessionStore) -> ProxyTool:
-    """``read_tool_output``, offered once the session has tool outputs that compaction may preview."""
+    """``read_tool_output``: offered once compaction previewed an output or wrote a checkpoint."""
 
     async def run(context: ToolContext, arguments: str) -> str:
         return await read_tool_output(_SessionOutputs(store, context.context_id), arguments)
@@ -58,7 +59,7 @@ def read_tool_output_tool(store: SessionStore) -> ProxyTool:
     def offer_when(context: ToolContext) -> bool:
         return any(message.get("role") == "tool" for message in context.history)
 
-    return ProxyTool(READ_TOOL_OUTPUT, READ_TOOL_OUTPUT_SCHEMA, run, offer_when)
+    return ProxyTool(READ_TOOL_OUTPUT, READ_TOOL_OUTPUT_SCHEMA, run, offer_when, needs_references=True)
 
 
 def read_skill_tool(library: SkillLibrary, select: Sequence[str] | None) -> ProxyTool:

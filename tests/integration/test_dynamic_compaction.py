@@ -123,27 +123,28 @@ def test_compacted_run_streams_and_keeps_traces_per_call(start_proxy, provider, 
 def test_mixed_proxy_and_client_calls_never_reach_the_client(start_proxy, provider, stream):
     from proxy.demo.scripted_provider import Reply, ToolCall
 
+    deferred = {
+        "type": "function",
+        "function": {
+            "name": "mcp__lims__lookup",
+            "description": "Look up a LIMS sample.",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    }
+
     def script(body: dict[str, Any]) -> Reply:
-        seen = [m for m in body["messages"] if m.get("role") == "tool"]
-        if any(m["tool_call_id"] == "r1" for m in seen):
-            return Reply(content="read it")
-        if len(seen) >= 1:  # a tool output exists: read_tool_output is offered now
-            return Reply(
-                tool_calls=(
-                    ToolCall("read_tool_output", {"ref": "to_0000", "query": "x"}, id="r1"),
-                    ToolCall("run_step", {"step": 9}, id="c1"),
-                )
-            )
-        return Reply(tool_calls=(ToolCall("run_step", {"step": 1}, id="c0"),))
+        if any(m.get("tool_call_id") == "f1" for m in body["messages"]):
+            return Reply(content="found it")
+        return Reply(
+            tool_calls=(ToolCall("find_tools", {"query": "LIMS"}, id="f1"), ToolCall("run_step", {"step": 1}, id="c1"))
+        )
 
     provider.script(script)
-    proxy = start_proxy(mode="dynamic", models=(_route(provider.url),))
-    client = proxy.client()
-    messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
-    first = client.chat.completions.create(model="science-model", messages=messages, tools=TOOLS)
-    messages.append(first.choices[0].message.model_dump(exclude_none=True))
-    messages.append({"role": "tool", "tool_call_id": "c0", "content": "step=1 done"})
-    result = client.chat.completions.create(model="science-model", messages=messages, tools=TOOLS, stream=stream)
+    options = {"capabilities": {"deferred": ["mcp__*"]}}
+    proxy = start_proxy(mode="dynamic", models=(_route(provider.url),), contributor_options=options)
+    result = proxy.client().chat.completions.create(
+        model="science-model", messages=[{"role": "user", "content": "go"}], tools=[*TOOLS, deferred], stream=stream
+    )
     if stream:
         chunks = list(result)
         names = [d.function.name for c in chunks if c.choices for d in c.choices[0].delta.tool_calls or []]
@@ -151,13 +152,27 @@ def test_mixed_proxy_and_client_calls_never_reach_the_client(start_proxy, provid
     else:
         names = [c.function.name for c in result.choices[0].message.tool_calls or []]
         text = result.choices[0].message.content
-    assert names == [] and text == "read it"
-    # The provider saw the proxy's step (call + result) before answering; the unknown ref is reported.
+    assert names == [] and text == "found it"  # neither the proxy's call nor the dropped client call
+    # The provider saw the proxy's step (its call and result) before answering, and only that step.
     last = provider.history[-1]["messages"]
-    assert any(
-        m.get("role") == "tool" and m.get("tool_call_id") == "r1" and "unknown reference" in m["content"] for m in last
-    )
-    assert len(provider.history) == 3
+    (step,) = [m for m in last if m.get("role") == "assistant" and m.get("tool_calls")]
+    assert [c["function"]["name"] for c in step["tool_calls"]] == ["find_tools"]
+    assert any(m.get("tool_call_id") == "f1" and "mcp__lims__lookup" in m["content"] for m in last)
+    assert len(provider.history) == 2
+
+
+def test_read_tool_output_is_offered_only_once_references_are_in_play(start_proxy, provider):
+    provider.script(ScienceModel(6))
+    proxy = start_proxy(mode="dynamic", models=(_route(provider.url),))
+    _run_agent(proxy.client(), 6, "references")
+    offered = [
+        "read_tool_output" in {t["function"]["name"] for t in body["tools"]}
+        for body in provider.history
+        if not is_summary_request(body)
+    ]
+    previews = ["ref=to_" in json.dumps(body["messages"]) for body in provider.history if not is_summary_request(body)]
+    assert offered[:2] == [False, False]  # a tool output alone is not a reference
+    assert offered == previews  # offered exactly when a preview (or checkpoint) is in the request
 
 
 def test_shadow_sends_the_clients_request_and_traces_the_candidate(start_proxy, provider):
