@@ -406,9 +406,9 @@ async def test_turn_lock_is_released_by_errors_and_cancelled_waiters(store: Sess
         pass
 
 
+# SQLite serializes turns within one process only; several replicas need PostgreSQL.
+@pytest.mark.parametrize("backend", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
 async def test_two_replicas_serialize_the_same_session(backend: Any) -> None:
-    if backend.name == "sqlite":
-        pytest.skip("SQLite serializes turns within one process only; replicas need PostgreSQL")
     from proxy.session.store import SessionBusy
 
     a = await backend.open(lock_timeout_seconds=5.0)
