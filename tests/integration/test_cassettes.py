@@ -334,7 +334,7 @@ def test_dynamic_main_loads_a_skill_and_promotes_a_deferred_tool(provider, pinne
     assert len(sent) == 4  # read_skill round, find_tools round, the LIMS call, the answer
     # Deferred: absent until find_tools promoted it, offered from the next model call on.
     assert _tool_names(sent[0]) == ["measure", "find_tools", "read_skill"]
-    assert _tool_names(sent[1]) == ["measure", "find_tools", "read_skill", "read_tool_output"]  # a result exists now
+    assert _tool_names(sent[1]) == ["measure", "find_tools", "read_skill"]  # no ref= in play: no read_tool_output
     assert "mcp__lims__lookup" in _tool_names(sent[2]) and "mcp__lims__lookup" in _tool_names(sent[3])
     for body in sent:
         prompt = _system(body)
@@ -579,6 +579,8 @@ def test_subagent_past_the_compaction_threshold_keeps_plan_and_skill_references(
         # A skill body is never in the system prompt and never twice in one request.
         assert SKILL_BODY not in _system(body)
         assert sum(SKILL_BODY in str(m.get("content")) for m in body["messages"]) <= 1
+        # read_tool_output is offered exactly when a reference (a preview or a checkpoint's ref=) is in play.
+        assert ("read_tool_output" in _tool_names(body)) == ("ref=" in json.dumps(body["messages"]))
         # The plan is kept through every compaction, as call-local data.
         if trace["turn"] > 1:
             (plan,) = _hidden(body, "plan")
