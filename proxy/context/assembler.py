@@ -78,7 +78,7 @@ class AssemblyOutput:
     tools: list[dict[str, Any]]
     new_checkpoint: Checkpoint | None
     previewed_refs: tuple[str, ...]
-    visible_history: tuple[dict[str, Any], ...]  # the history after compaction, before the window
+    visible_history: tuple[dict[str, Any], ...]  # the history the model sees: compacted and windowed
     trace: dict[str, Any]
 
 
@@ -171,7 +171,7 @@ class ContextAssembler:
             tools=[dict(t) for t in tools],
             new_checkpoint=compaction.checkpoint if compaction.new_checkpoint else None,
             previewed_refs=compaction.previewed_refs,
-            visible_history=compaction.messages,
+            visible_history=window.messages,
             trace=trace,
         )
 

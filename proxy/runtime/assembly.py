@@ -41,6 +41,7 @@ class Candidate:
     tools: list[dict[str, Any]] | None
     record: dict[str, Any] = field(default_factory=dict)
     proxy_tools: frozenset[str] = frozenset()  # proxy-owned tools offered in ``tools``
+    visible_history: tuple[dict[str, Any], ...] = ()  # the history the model sees (after compaction)
 
 
 class Assembler(Protocol):

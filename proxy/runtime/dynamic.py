@@ -125,26 +125,36 @@ class DynamicAssembler:
             tools=output.tools or None,
             record=record,
             proxy_tools=frozenset(tool.name for tool in proxy_tools) & _tool_names(output.tools),
+            visible_history=tuple(dict(m) for m in output.visible_history),
         )
 
-    def _tool_context(self, request: TurnRequest, history: list[HistoryItem]) -> ToolContext:
+    def _tool_context(
+        self, request: TurnRequest, history: list[HistoryItem], visible: tuple[dict[str, Any], ...] | None = None
+    ) -> ToolContext:
         messages = [item.message for item in history]
         return ToolContext(
             context_id=request.identity.context_id,
             history=messages,
             client_tools=list(request.body.get("tools") or []),
-            state=derive_state(messages, self._state_config),
+            state=derive_state(messages, self._state_config, visible),
         )
 
-    async def run_proxy_step(self, request: TurnRequest, message: dict[str, Any], calls: list[dict[str, Any]]) -> None:
+    async def run_proxy_step(
+        self,
+        request: TurnRequest,
+        message: dict[str, Any],
+        calls: list[dict[str, Any]],
+        visible: tuple[dict[str, Any], ...],
+    ) -> None:
         """Run the model's proxy-owned calls and store the step after the request's last message.
 
         Client calls made in the same answer are dropped: the model made them without the results it
-        asked for, and it is asked again right away with those results in place.
+        asked for, and it is asked again right away with those results in place. Tools judge what is
+        "still in context" (a skill body) against ``visible``, the history the model actually saw.
         """
         context_id = request.identity.context_id
         history = await self.history(request)
-        context = self._tool_context(request, history)
+        context = self._tool_context(request, history, visible)
         step: list[dict[str, Any]] = [{"role": "assistant", "content": message.get("content"), "tool_calls": calls}]
         for call in calls:
             result = await self._toolbox.run(context, call)

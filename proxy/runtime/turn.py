@@ -44,6 +44,7 @@ class _Answer:
     """One model call's answer: whole (a response, or a stream read to its end) or a live stream."""
 
     proxy_tools: frozenset[str]  # proxy-owned tools the model was offered in this call
+    visible_history: tuple[dict[str, Any], ...] = ()  # what the model saw when it made these calls
     response: dict[str, Any] | None = None
     buffered: list[dict[str, Any]] | None = None
     live: AsyncIterator[dict[str, Any]] | None = None
@@ -64,8 +65,15 @@ class _Answer:
 class ProxyStepRunner(Protocol):
     """Runs the model's proxy-owned tool calls and stores the step where later calls will see it."""
 
-    async def run_proxy_step(self, request: TurnRequest, message: dict[str, Any], calls: list[dict[str, Any]]) -> None:
-        """Run ``calls`` (made in ``message``) and store the step after the request's last message."""
+    async def run_proxy_step(
+        self,
+        request: TurnRequest,
+        message: dict[str, Any],
+        calls: list[dict[str, Any]],
+        visible: tuple[dict[str, Any], ...],
+    ) -> None:
+        """Run ``calls`` (made in ``message`` by a model that saw ``visible``); store the step after the
+        request's last message."""
 
 
 class TurnRunner:
@@ -149,7 +157,7 @@ class TurnRunner:
             rounds += 1
             if self.steps is None:  # proxy tools are only offered by an assembler that also runs them
                 return _deliver(result, _without_proxy_calls(answer, rounds))
-            await self.steps.run_proxy_step(request, answer.message, calls)
+            await self.steps.run_proxy_step(request, answer.message, calls, answer.visible_history)
             # Each proxy-owned round is a model call of its own: its own turn number and trace file.
             request = replace(request, turn=await self.store.next_turn(identity.context_id))
 
@@ -187,7 +195,10 @@ class TurnRunner:
         record = _trace_record(request, candidate, llm_input)
         if recovery:
             record["recovery"] = {"attempt": recovery, "reason": "provider_context_overflow", "providerMessage": reason}
-        answer = _Answer(proxy_tools=sent.proxy_tools if sent is not None else frozenset())
+        answer = _Answer(
+            proxy_tools=sent.proxy_tools if sent is not None else frozenset(),
+            visible_history=sent.visible_history if sent is not None else (),
+        )
         started = time.perf_counter()
         try:
             if not request.body.get("stream"):

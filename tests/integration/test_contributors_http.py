@@ -264,3 +264,39 @@ def test_a_session_first_seen_mid_run_fills_every_channel_before_compaction(star
     assert "a=5.431" in "".join(_hidden(last, "memory"))
     assert "refined.cif" in "".join(_hidden(last, "artifact"))
     assert "check twinning" in "".join(_hidden(last, "delegation"))
+
+
+def test_a_skill_removed_by_compaction_can_be_read_again(start_proxy, provider, tmp_path):
+    folder = _skills(tmp_path / "skills")
+    reads = {"n": 0}
+
+    def script(body: dict[str, Any]) -> Reply:
+        if is_summary_request(body):
+            return Reply(content=checkpoint_for(body["messages"][-1]["content"]))
+        last = body["messages"][-1]
+        if last.get("role") == "tool" and str(last.get("content")).startswith(("<skill", "Skill already")):
+            return Reply(content="skill in hand")
+        if last.get("role") == "user":
+            reads["n"] += 1
+            return Reply(tool_calls=(ToolCall("read_skill", {"name": "xrd-refinement"}, id=f"sk{reads['n']}"),))
+        return Reply(content="ok")
+
+    provider.script(script)
+    proxy = start_proxy(
+        models=(_route(provider.url, window=8_000),), contributor_options={"skills": {"folder": str(folder)}}
+    )
+    client = proxy.client()
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Refine."}]
+    assert _post(client, messages, "reload").choices[0].message.content == "skill in hand"
+    messages.append({"role": "assistant", "content": "skill in hand"})
+    for k in range(12):
+        call = {"id": f"c{k}", "type": "function", "function": {"name": "measure", "arguments": "{}"}}
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{k}", "content": f"frame {k}: " + "0.125 " * 1500},
+        ]
+    messages.append({"role": "user", "content": "Continue with the refinement skill."})
+    assert _post(client, messages, "reload").choices[0].message.content == "skill in hand"
+    reread = provider.history[-1]["messages"][-1]
+    assert reread["role"] == "tool" and reread["content"].startswith('<skill name="xrd-refinement"')  # the body again
+    assert sum("Step 1: index peaks." in str(m.get("content")) for m in provider.history[-1]["messages"]) == 1
