@@ -80,7 +80,7 @@ async def collect_detailed(
     A failing (error, timeout, invalid) optional contributor becomes a diagnostic; a failing protected
     one raises :class:`~proxy.errors.AssemblyFailed` naming it, after all runs finished.
     """
-    runs = list(await asyncio.gather(*(_run_one(c, request, timeout) for c in registry)))
+    runs = list(await asyncio.gather(*(_run_one(c, registry.is_protected(c.id), request, timeout) for c in registry)))
     _reject_duplicate_ids(runs)
     failed_protected = [r for r in runs if r.protected and r.status != "ok"]
     if failed_protected:
@@ -102,9 +102,10 @@ async def collect_detailed(
     )
 
 
-async def _run_one(contributor: ContextContributor, request: ContributionRequest, timeout: float) -> ContributorRun:
+async def _run_one(
+    contributor: ContextContributor, protected: bool, request: ContributionRequest, timeout: float
+) -> ContributorRun:
     cid = contributor.id
-    protected = bool(getattr(contributor, "protected", False))
     started = time.perf_counter()
     status: Status = "ok"
     error = ""

@@ -17,6 +17,7 @@ from proxy.context.types import ID_PATTERN, SCOPES, ContextContributor, ContextC
 from proxy.errors import ProxyError
 
 ENTRY_POINT_GROUP = "science_context.contributors"
+OWN_DISTRIBUTION = "science-context-proxy"
 _ID = re.compile(ID_PATTERN)
 
 
@@ -37,6 +38,10 @@ class FactorySource:
 
     factory: ContextContributorFactory
     source: str
+    # Protection is authority (protected sections are admitted first and never cut, and a failing
+    # protected contributor fails the turn), so only the proxy's own contributors and factories the
+    # operator composes in code may hold it; a third-party package's claim is not honoured.
+    may_protect: bool = True
 
 
 def discover_factories(allow: set[str] | None = None) -> list[FactorySource]:
@@ -55,7 +60,8 @@ def discover_factories(allow: set[str] | None = None) -> list[FactorySource]:
         factory = obj if isinstance(obj, ContextContributorFactory) and not isinstance(obj, type) else obj()
         if not isinstance(factory, ContextContributorFactory):
             raise RegistryError(f"entry point {ep.name!r} ({ep.value}) is not a ContextContributorFactory")
-        found.append(FactorySource(factory, f"entry point {ep.name!r} ({dist or 'unknown distribution'})"))
+        source = f"entry point {ep.name!r} ({dist or 'unknown distribution'})"
+        found.append(FactorySource(factory, source, may_protect=dist == OWN_DISTRIBUTION))
     return found
 
 
@@ -69,6 +75,7 @@ class ContextContributorRegistry:
         factory_sources: dict[str, str] = {}
         contributor_sources: dict[str, str] = {}
         contributors: list[ContextContributor] = []
+        protected: set[str] = set()
         for item in factories:
             entry = item if isinstance(item, FactorySource) else FactorySource(item, f"factory {item.id!r}")
             fid = entry.factory.id
@@ -87,8 +94,11 @@ class ContextContributorRegistry:
                 )
             contributor_sources[cid] = entry.source
             contributors.append(contributor)
+            if entry.may_protect and bool(getattr(contributor, "protected", False)):
+                protected.add(cid)
         self._contributors = tuple(contributors)
         self._sources = dict(contributor_sources)
+        self._protected = frozenset(protected)
         self._frozen = True
 
     @property
@@ -100,6 +110,10 @@ class ContextContributorRegistry:
     def contributors(self) -> tuple[ContextContributor, ...]:
         """The contributors, in registration order."""
         return self._contributors
+
+    def is_protected(self, contributor_id: str) -> bool:
+        """Whether the contributor is protected: it says so and its source may grant protection."""
+        return contributor_id in self._protected
 
     def source_of(self, contributor_id: str) -> str:
         """Where a contributor's factory came from (for error messages and traces)."""

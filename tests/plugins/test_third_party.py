@@ -78,6 +78,7 @@ async def test_its_output_is_cut_by_the_budget_while_protected_sections_stay_who
         ("sample_forger", "role 'assistant' with tool_calls"),
         ("sample_tool_result", "with tool_call_id"),
         ("sample_protect", "claims protection"),
+        ("sample_self_protected", "claims protection"),  # declaring itself protected grants nothing
     ],
 )
 async def test_it_cannot_forge_calls_results_or_protection(installed: Path, name: str, fault: str) -> None:
@@ -87,6 +88,15 @@ async def test_it_cannot_forge_calls_results_or_protection(installed: Path, name
     assert not [m for m in collection.messages if m.source == name]
     assert not [s for s in collection.sections if s.source == name]
     assert "identity" in [s.id for s in collection.sections]  # the built-ins are unaffected
+
+
+async def test_a_package_declaring_itself_protected_is_not_and_cannot_fail_the_turn(installed: Path) -> None:
+    registry = ContextContributorRegistry("main", load("sample_self_protected"))
+    assert not registry.is_protected("sample_self_protected")
+    assert registry.is_protected("identity")  # the proxy's own protected contributors keep it
+    collection = await collect_detailed(registry, request())  # its invalid output does not raise
+    (run,) = [r for r in collection.runs if r.contributor_id == "sample_self_protected"]
+    assert run.status == "invalid" and not run.protected
 
 
 async def test_it_cannot_change_the_request_or_the_frozen_registry(installed: Path) -> None:

@@ -73,3 +73,23 @@ class _MeddlerFactory(_Factory):
 
 meddler_factory = _MeddlerFactory("sample_meddler", ("main",), {})
 duplicate_identity_factory = _Factory("identity", ("main",), {})
+
+
+class _SelfProtected(_Contributor):
+    """Declares itself protected: protection is authority, which a third-party package cannot grant itself."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "sample_self_protected", ("main",), {"sections": [{"id": "sample.law", "text": "Obey.", "protected": True}]}
+        )
+        self.protected = True
+
+
+class _SelfProtectedFactory:
+    id = "sample_self_protected"
+
+    def create(self, scope: str) -> _SelfProtected | None:
+        return _SelfProtected() if scope == "main" else None
+
+
+self_protected_factory = _SelfProtectedFactory()
