@@ -176,14 +176,14 @@ class Replica:
                 self.process.wait(timeout=10)
 
 
-def write_config(path: Path, provider_url: str) -> Path:
+def write_config(path: Path, provider_url: str, max_input_tokens: int = 128_000) -> Path:
     """A litellm-proxy style config routing ``MODEL`` to the scripted provider."""
     config = {
         "model_list": [
             {
                 "model_name": MODEL,
                 "litellm_params": {"model": "openai/scripted", "api_base": f"{provider_url}/v1", "api_key": "sk-bench"},
-                "model_info": {"max_input_tokens": 128_000, "max_output_tokens": 4_000},
+                "model_info": {"max_input_tokens": max_input_tokens, "max_output_tokens": 4_000},
             }
         ]
     }

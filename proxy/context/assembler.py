@@ -247,6 +247,7 @@ def _trace(
     """The stage records a schema-v5 trace holds (the runtime adds mode, budgets and llmInput)."""
     compaction_trace = compaction.trace.to_trace()
     compaction_trace["newCheckpoint"] = compaction.new_checkpoint
+    compaction_trace["checkpointCovers"] = compaction.checkpoint.covers_hash if compaction.checkpoint else None
     compaction_trace["recollected"] = recollected
     if inp.forced:
         compaction_trace["recovery"] = {"reason": "provider_context_overflow", "statedLimit": inp.stated_limit}

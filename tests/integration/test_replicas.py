@@ -78,8 +78,8 @@ def start_replicas(tmp_path: Path) -> Iterator[Callable[..., list[Any]]]:
     """Start replica processes; every one started is stopped (killed if need be) after the test."""
     started: list[Any] = []
 
-    def start(count: int, provider_url: str, env: dict[str, str]) -> list[Any]:
-        config = harness.write_config(tmp_path / "config.yaml", provider_url)
+    def start(count: int, provider_url: str, env: dict[str, str], max_input_tokens: int = 128_000) -> list[Any]:
+        config = harness.write_config(tmp_path / "config.yaml", provider_url, max_input_tokens)
         for number in range(count):
             started.append(harness.start_replica(f"replica-{'ab'[number]}", tmp_path, config, env))
         return started[-count:]
@@ -116,10 +116,8 @@ async def test_thirty_sessions_alternating_between_two_replicas_are_stored_once_
     from the replicas' own URL (standing in for the process store of the replica that served turn 10)
     is used by the other replica from turn 11 on: its compaction reuses it and the model sees it.
 
-    TODO(compaction across replicas): the checkpoint is written by the test, not by a replica's own
-    summarizer. Drive one session past the pressure threshold (a small
-    SCIENCE_AGENT_CONTEXT_WINDOW_TOKENS and a script that answers summary requests) so that one
-    replica summarizes and the other reuses that checkpoint without summarizing again.
+    Here the hand-off checkpoint is written through the store; a checkpoint a replica's own summarizer
+    wrote is reused by the other in ``test_a_checkpoint_one_replica_wrote_is_reused_by_the_other``.
     """
     provider = ScriptedProvider(harness.tool_loop_script(TURNS))
     writer = open_store(store_url, tmp_path / "unused", lock_timeout_seconds=10)
@@ -269,3 +267,46 @@ async def test_a_turn_of_a_session_busy_on_the_other_replica_gets_409_session_bu
     assert 0.9 <= waited < 10  # the bounded wait, not an immediate refusal nor the provider's hold
     assert then.status_code == 200, then.text
     assert len(provider.history) == 2  # the refused request never reached the provider
+
+
+async def test_a_checkpoint_one_replica_wrote_is_reused_by_the_other(
+    start_replicas: Callable[..., list[Any]], store_url: str
+) -> None:
+    """Real compaction across replicas: a long run in a small window makes the replica serving a turn
+    summarize (the scripted model writes the checkpoint); the other replica's next turn applies that
+    stored checkpoint instead of summarizing again."""
+    from proxy.demo.science import TOOLS, ScienceModel, client_tool_result
+
+    steps = 14
+    model = ScienceModel(steps)
+    provider = ScriptedProvider(model)
+    with serve_in_thread(provider.app()) as provider_url:
+        replicas = start_replicas(2, provider_url, {"CONTEXT_PROXY_STORE_URL": store_url}, max_input_tokens=16_000)
+        await harness.wait_ready(replicas)
+        messages: list[dict[str, Any]] = [{"role": "user", "content": f"Run the {steps}-step protocol."}]
+        async with httpx.AsyncClient(timeout=60) as http:
+            for turn in range(steps + 2):
+                replica = replicas[turn % 2]
+                body = {"model": harness.MODEL, "messages": messages, "tools": TOOLS}
+                response = await http.post(
+                    f"{replica.url}/v1/chat/completions", json=body, headers={"x-session-id": "handoff"}
+                )
+                assert response.status_code == 200, f"{response.text}\n{replica.log_tail()}"
+                message = response.json()["choices"][0]["message"]
+                messages.append({k: v for k, v in message.items() if v is not None})
+                if not message.get("tool_calls"):
+                    break
+                messages += [client_tool_result(call) for call in message["tool_calls"]]
+    assert model.summaries >= 1
+    written: dict[str, int] = {}  # covers hash -> replica that summarized it
+    reused_elsewhere = []
+    for name, found in sorted(_traces(replicas, "handoff").items()):
+        ((index, trace),) = found  # every model call traced once, by the replica that made it
+        compaction = trace["compaction"] or {}
+        if compaction.get("newCheckpoint"):
+            written[compaction["checkpointCovers"]] = index
+        reused = compaction.get("reused_checkpoint")
+        if reused in written and written[reused] != index:
+            reused_elsewhere.append(name)
+    assert written, "no replica wrote a checkpoint"
+    assert reused_elsewhere, f"no replica reused the other's checkpoint: written {written}"
