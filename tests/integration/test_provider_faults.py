@@ -88,9 +88,10 @@ def test_unreachable_provider_is_a_gateway_error(start_proxy, provider):
     ERROR_SCHEMA.validate(response.json())
 
 
-def test_overflow_in_legacy_is_surfaced_without_retry(legacy_proxy, provider):
+@pytest.mark.parametrize("mode", ["legacy", "shadow"])
+def test_overflow_outside_dynamic_is_surfaced_without_retry(start_proxy, provider, mode):
     provider.script(_overflow_first(1))
-    response = _post(legacy_proxy.url)
+    response = _post(start_proxy(mode=mode).url)
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["code"] == "context_length_exceeded"
