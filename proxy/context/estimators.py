@@ -211,25 +211,28 @@ def _message_key(message: Mapping[str, Any]) -> Hashable:
 
 
 class TurnEstimator:
-    """Memoizes counts by message object for one assembly: the compactor, the window and the validator
-    count the same message dicts, and even a cache hit costs building its key. Holds the messages it
-    counted, so an ``id`` is never reused while the memo lives; make one per turn, never share it."""
+    """Memoizes counts for one assembly: the compactor, the window and the validator count the same
+    messages (often as shallow copies), and even a cache hit costs building its key. A message is known
+    by the identity of its values, which shallow copies share; the memo holds those values, so an
+    ``id`` is never reused while it lives. Make one per turn, never share it."""
 
     def __init__(self, inner: TokenEstimator) -> None:
         self.inner = inner
-        self._counts: dict[int, tuple[Mapping[str, Any], int]] = {}
+        self._counts: dict[tuple[int, ...], tuple[tuple[Any, ...], int]] = {}
 
     def count_text(self, text: str) -> int:
         """Passed through: texts are few per turn."""
         return self.inner.count_text(text)
 
     def count_message(self, message: Mapping[str, Any]) -> int:
-        """The inner count, once per message object."""
-        found = self._counts.get(id(message))
-        if found is not None and found[0] is message:
+        """The inner count, once per distinct message content."""
+        values = tuple(message.values())
+        key = (len(message), *map(id, message.keys()), *map(id, values))
+        found = self._counts.get(key)
+        if found is not None:
             return found[1]
         tokens = self.inner.count_message(message)
-        self._counts[id(message)] = (message, tokens)
+        self._counts[key] = ((tuple(message.keys()), values), tokens)
         return tokens
 
     def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:

@@ -89,6 +89,7 @@ class PostgresSessionStore:
         self.schema = check_schema_name(schema)
         self.pool_size = pool_size
         self._turn_locks = AdvisoryTurnLocks(self.schema, lock_timeout_seconds, lock_connections)
+        self._hash_memo = rc.ChainMemo()
         self._pool: Any = None
 
     @classmethod
@@ -148,7 +149,7 @@ class PostgresSessionStore:
 
     async def reconcile(self, context_id: str, scope: str, messages: Sequence[Mapping[str, Any]]) -> Reconciliation:
         """Store the request's new suffix and tool bodies in one transaction; say where it continues."""
-        hashes = rc.request_hashes(context_id, messages)
+        hashes = rc.request_hashes(context_id, messages, self._hash_memo)
 
         async def work(conn: Any) -> Reconciliation:
             created = (

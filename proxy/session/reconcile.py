@@ -7,6 +7,7 @@ decisions here is what makes SQLite and PostgreSQL behave identically.
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,13 +57,44 @@ def _has_surrogate(text: str) -> bool:
     return False
 
 
-def request_hashes(context_id: str, messages: Sequence[Mapping[str, Any]]) -> list[str]:
+def request_hashes(context_id: str, messages: Sequence[Mapping[str, Any]], memo: ChainMemo | None = None) -> list[str]:
     """Chain hashes of every prefix of a request; an empty request or context id is a caller error."""
     if not context_id:
         raise ValueError("context_id must not be empty")
     if not messages:
         raise ValueError("a request must carry at least one message")
-    return chain_hashes(messages)
+    return memo.hashes(context_id, messages) if memo is not None else chain_hashes(messages)
+
+
+class ChainMemo:
+    """The last request's messages and chain hashes of recent sessions, so a turn hashes only what is new.
+
+    Clients resend their whole history every turn; canonicalizing and hashing it all again was the
+    largest cost of a long session's turn. A leading message equal (``==``) to the one at the same
+    position last time has, by construction, the same chain hash, so only the rest is hashed. A
+    message that differs only cosmetically is simply hashed again; nothing here decides identity.
+    The messages are kept by reference: the proxy and litellm build new dicts rather than change a
+    request's messages in place, which is what makes ``==`` against the kept ones sound.
+    """
+
+    def __init__(self, max_sessions: int = 64) -> None:
+        self.max_sessions = max_sessions
+        self._last: OrderedDict[str, tuple[list[Mapping[str, Any]], list[str]]] = OrderedDict()
+
+    def hashes(self, context_id: str, messages: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Chain hashes of every prefix of ``messages``."""
+        previous, previous_hashes = self._last.pop(context_id, ([], []))
+        same = 0
+        for old, new in zip(previous, messages, strict=False):
+            if old != new:
+                break
+            same += 1
+        hashes = previous_hashes[:same]
+        hashes += chain_hashes(messages[same:], start=hashes[-1] if hashes else GENESIS)
+        self._last[context_id] = (list(messages), hashes)
+        while len(self._last) > self.max_sessions:
+            self._last.popitem(last=False)
+        return list(hashes)
 
 
 def known_count(hashes: Sequence[str], stored: Collection[str]) -> int:

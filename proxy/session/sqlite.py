@@ -138,6 +138,7 @@ class SqliteSessionStore:
         self.path = Path(path)
         self.lock_timeout_seconds = lock_timeout_seconds
         self._locks = SessionLocks()
+        self._hash_memo = rc.ChainMemo()
         self._writer: _Connection | None = None
         self._reader: _Connection | None = None
 
@@ -177,7 +178,7 @@ class SqliteSessionStore:
 
     async def reconcile(self, context_id: str, scope: str, messages: Sequence[Mapping[str, Any]]) -> Reconciliation:
         """Store the request's new suffix and tool bodies in one transaction; say where it continues."""
-        hashes = rc.request_hashes(context_id, messages)
+        hashes = rc.request_hashes(context_id, messages, self._hash_memo)
 
         def work(conn: sqlite3.Connection) -> Reconciliation:
             now = _now()
