@@ -43,6 +43,9 @@ class AssemblerConfig:
     max_history_messages: int | None = None
     contributor_timeout_seconds: float = 5.0
     state: StateConfig = field(default_factory=StateConfig)
+    # The full stage record (raw contributor output, the collection, the rendered context) is for trace
+    # files; without them the turn records only what the runtime needs (compaction, plan progress).
+    detailed_trace: bool = True
 
 
 @dataclass(frozen=True)
@@ -159,7 +162,11 @@ class ContextAssembler:
             prompt.text, window.messages, admitted.messages, admitted.attachments, section_ids=prompt.section_ids
         )
         estimated = ContextValidator().validate(composed, limit_tokens=inp.limit, estimator=estimator, tools=tools)
-        trace = _trace(inp, collection, admitted, prompt, compaction, window, composed.messages, recollected, tools)
+        trace: dict[str, Any] = (
+            _trace(inp, collection, admitted, prompt, compaction, window, composed.messages, recollected, tools)
+            if self._config.detailed_trace
+            else {"compaction": _compaction_trace(inp, compaction, recollected)}
+        )
         plan = state.get(PLAN) if state else None
         if isinstance(plan, Mapping) and plan.get("progress") is not None:
             trace["planProgress"] = plan["progress"]
@@ -196,7 +203,9 @@ class ContextAssembler:
             budget_tokens=inp.limit,
             options=inp.options,
         )
-        return await collect_detailed(registry, request, timeout=self._config.contributor_timeout_seconds)
+        return await collect_detailed(
+            registry, request, timeout=self._config.contributor_timeout_seconds, keep_raw=self._config.detailed_trace
+        )
 
     def _visible_state(self, state: Mapping[str, Any], visible: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
         """The run state with plan progress and skill visibility judged against ``visible`` (once per
@@ -245,12 +254,7 @@ def _trace(
     tools: Sequence[Mapping[str, Any]],
 ) -> dict[str, Any]:
     """The stage records a schema-v5 trace holds (the runtime adds mode, budgets and llmInput)."""
-    compaction_trace = compaction.trace.to_trace()
-    compaction_trace["newCheckpoint"] = compaction.new_checkpoint
-    compaction_trace["checkpointCovers"] = compaction.checkpoint.covers_hash if compaction.checkpoint else None
-    compaction_trace["recollected"] = recollected
-    if inp.forced:
-        compaction_trace["recovery"] = {"reason": "provider_context_overflow", "statedLimit": inp.stated_limit}
+    compaction_trace = _compaction_trace(inp, compaction, recollected)
     return {
         "contributors": [
             {
@@ -275,6 +279,17 @@ def _trace(
         },
         "compaction": compaction_trace,
     }
+
+
+def _compaction_trace(inp: AssemblyInput, compaction: CompactionResult, recollected: bool) -> dict[str, Any]:
+    """The compaction record: what the compactor did, the checkpoint in effect, and any recovery."""
+    record = compaction.trace.to_trace()
+    record["newCheckpoint"] = compaction.new_checkpoint
+    record["checkpointCovers"] = compaction.checkpoint.covers_hash if compaction.checkpoint else None
+    record["recollected"] = recollected
+    if inp.forced:
+        record["recovery"] = {"reason": "provider_context_overflow", "statedLimit": inp.stated_limit}
+    return record
 
 
 def _plain(value: Any) -> Any:

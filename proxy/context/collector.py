@@ -74,13 +74,19 @@ async def collect_detailed(
     registry: ContextContributorRegistry,
     request: ContributionRequest,
     timeout: float = DEFAULT_TIMEOUT_SECONDS,
+    *,
+    keep_raw: bool = True,
 ) -> Collection:
     """Run every contributor of ``registry`` concurrently and validate their output.
+
+    ``keep_raw`` keeps a plain copy of each raw output for the trace; without traces it is wasted work.
 
     A failing (error, timeout, invalid) optional contributor becomes a diagnostic; a failing protected
     one raises :class:`~proxy.errors.AssemblyFailed` naming it, after all runs finished.
     """
-    runs = list(await asyncio.gather(*(_run_one(c, registry.is_protected(c.id), request, timeout) for c in registry)))
+    runs = list(
+        await asyncio.gather(*(_run_one(c, registry.is_protected(c.id), request, timeout, keep_raw) for c in registry))
+    )
     _reject_duplicate_ids(runs)
     failed_protected = [r for r in runs if r.protected and r.status != "ok"]
     if failed_protected:
@@ -103,7 +109,7 @@ async def collect_detailed(
 
 
 async def _run_one(
-    contributor: ContextContributor, protected: bool, request: ContributionRequest, timeout: float
+    contributor: ContextContributor, protected: bool, request: ContributionRequest, timeout: float, keep_raw: bool
 ) -> ContributorRun:
     cid = contributor.id
     started = time.perf_counter()
@@ -121,7 +127,7 @@ async def _run_one(
     except Exception as exc:  # plugin code may raise anything: recorded, never swallowed
         status, error = "error", f"{type(exc).__name__}: {exc}"
     duration_ms = round((time.perf_counter() - started) * 1000, 3)
-    return ContributorRun(cid, protected, status, duration_ms, error, _plain(raw), output)
+    return ContributorRun(cid, protected, status, duration_ms, error, _plain(raw) if keep_raw else None, output)
 
 
 def validate_output(contributor_id: str, protected: bool, raw: Any) -> ContributorOutput:

@@ -55,6 +55,7 @@ def build_runner(
             message_percent=settings.message_percent,
             max_history_messages=settings.max_history_messages,
             state=state_config,
+            detailed_trace=settings.trace_enabled,
         ),
     )
     options = settings.contributor_options
