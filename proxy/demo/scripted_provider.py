@@ -219,7 +219,10 @@ def free_port() -> int:
 def serve_in_thread(app: Any, port: int | None = None) -> Iterator[str]:
     """Serve an ASGI app with uvicorn on 127.0.0.1 in a background thread; yields its base URL."""
     port = port or free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    # The stdlib loop: a server in a helper thread is stopped and its loop closed from outside, which
+    # uvloop reports as errors on transports it still holds.
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", loop="asyncio")
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
     thread.start()
     while not server.started:
