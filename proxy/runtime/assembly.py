@@ -1,8 +1,8 @@
 """The assembler port: how the runtime asks for a model call's input, whatever the mode.
 
 The runtime owns the turn (lock, store, provider, trace); an ``Assembler`` owns what the model sees.
-``PassthroughAssembler`` returns the client's own messages; the dynamic pipeline in ``proxy/context``
-implements the same port.
+``proxy/runtime/dynamic.py`` implements it over the pipeline in ``proxy/context``; tests may hand the
+app another.
 """
 
 from __future__ import annotations
@@ -49,15 +49,3 @@ class Assembler(Protocol):
 
     async def assemble(self, request: TurnRequest) -> Candidate:
         """The candidate input for this turn."""
-
-
-class PassthroughAssembler:
-    """The client's request as it came: what dynamic mode sends until the pipeline is plugged in."""
-
-    async def assemble(self, request: TurnRequest) -> Candidate:
-        """Return the client's messages and tools unchanged."""
-        return Candidate(
-            messages=list(request.body["messages"]),
-            tools=request.body.get("tools"),
-            record={"path": "passthrough"},
-        )
