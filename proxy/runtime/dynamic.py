@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from contributors.capabilities import DeferredToolPolicy, promoted_names
+from contributors.capabilities import DeferredToolPolicy, promoted_names, tool_name
 from contributors.skills import READ_SKILL
 from proxy.canonical import chain_hash
 from proxy.config import ModelRoute, Settings
@@ -124,7 +124,7 @@ class DynamicAssembler:
             messages=output.messages,
             tools=output.tools or None,
             record=record,
-            proxy_tools=frozenset(tool.name for tool in proxy_tools) & _tool_names(output.tools),
+            proxy_tools=frozenset(tool.name for tool in proxy_tools) & {tool_name(tool) for tool in output.tools},
             visible_history=tuple(dict(m) for m in output.visible_history),
         )
 
@@ -203,10 +203,6 @@ def _readable_checkpoints(stored: Mapping[str, Any]) -> tuple[list[Checkpoint], 
         except (KeyError, TypeError, ValueError):
             unreadable.append(key)
     return readable, unreadable
-
-
-def _tool_names(tools: list[dict[str, Any]]) -> frozenset[str]:
-    return frozenset(str((tool.get("function") or {}).get("name")) for tool in tools)
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

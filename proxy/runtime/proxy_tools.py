@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from contributors.capabilities import FIND_TOOLS, FIND_TOOLS_SCHEMA, DeferredToolPolicy, promoted_names
+from contributors.capabilities import FIND_TOOLS, FIND_TOOLS_SCHEMA, DeferredToolPolicy, promoted_names, tool_name
 from contributors.skills import READ_SKILL, READ_SKILL_SCHEMA, SkillLibrary
 from proxy.context.state import SKILLS
 from proxy.context.tool_output_reader import READ_TOOL_OUTPUT, READ_TOOL_OUTPUT_SCHEMA, read_tool_output
@@ -97,7 +97,7 @@ class ProxyToolbox:
 
     def offered(self, context: ToolContext) -> list[ProxyTool]:
         """The proxy tools to offer for this call, in a stable order."""
-        client_names = {_tool_name(tool) for tool in context.client_tools}
+        client_names = {tool_name(tool) for tool in context.client_tools}
         return [
             tool for name, tool in sorted(self._tools.items()) if name not in client_names and tool.offer_when(context)
         ]
@@ -110,8 +110,3 @@ class ProxyToolbox:
             return f"error: {function.get('name')!r} is not a proxy-owned tool"
         arguments = function.get("arguments")
         return await tool.run(context, arguments if isinstance(arguments, str) else "{}")
-
-
-def _tool_name(tool: Mapping[str, Any]) -> str:
-    function = tool.get("function")
-    return str(function.get("name")) if isinstance(function, Mapping) else ""
