@@ -723,6 +723,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--claude-version", default=CLAUDE_VERSION)
     parser.add_argument("--timeout", type=int, default=120, help="seconds before an agent run is killed")
     parser.add_argument("--codex-model", default=CODEX_MODEL, help="model name Codex asks for")
+    parser.add_argument(
+        "--codex-provider-name",
+        default="context proxy",
+        help='provider name in config.toml; "OpenAI" makes Codex compact remotely (compaction_trigger)',
+    )
     parser.add_argument("--claude-model", default=None, help="model name Claude Code asks for (its default if unset)")
     args = parser.parse_args(argv)
 
@@ -734,7 +739,16 @@ def main(argv: list[str] | None = None) -> int:
         return capture(agents, args)
     runs = []
     if args.agent in ("codex", "both"):
-        runs.append(run_codex(agents, args.base_url, "task", model=args.codex_model, timeout=args.timeout))
+        runs.append(
+            run_codex(
+                agents,
+                args.base_url,
+                "task",
+                provider_name=args.codex_provider_name,
+                model=args.codex_model,
+                timeout=args.timeout,
+            )
+        )
     if args.agent in ("claude", "both"):
         runs.append(run_claude(agents, args.base_url, "task", model=args.claude_model, timeout=args.timeout))
     for run in runs:
