@@ -19,6 +19,8 @@ from starlette.routing import Route
 from proxy.config import Mode, Settings
 from proxy.errors import AuthenticationFailed, InvalidRequest, ModelNotFound, ProxyError, RequestTooLarge
 from proxy.identity import identify
+from proxy.ingress import messages as anthropic
+from proxy.ingress.messages_errors import error_response as anthropic_error
 from proxy.runtime.assembly import Assembler
 from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.services import build_runner
@@ -89,6 +91,27 @@ def create_app(
             raise
         return _respond(result)
 
+    async def messages(request: Request) -> Response:
+        try:
+            _authorize(request, settings)
+            body = await _read_json(request, settings.max_request_bytes)
+            if services.runner is None:
+                raise ProxyError("The proxy is still starting.", status=503, code="starting")
+            return await anthropic.create_message(
+                body, request.headers, settings, services.runner, _mode(request, settings)
+            )
+        except ProxyError as exc:  # Anthropic clients read only Anthropic's error shape
+            return anthropic_error(exc)
+
+    async def count_tokens(request: Request) -> Response:
+        try:
+            _authorize(request, settings)
+            return await anthropic.count_tokens(
+                await _read_json(request, settings.max_request_bytes), request.headers, settings
+            )
+        except ProxyError as exc:
+            return anthropic_error(exc)
+
     async def list_models(request: Request) -> Response:
         _authorize(request, settings)
         data = [
@@ -114,6 +137,10 @@ def create_app(
     routes = [
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/messages", messages, methods=["POST"]),
+        Route("/messages", messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+        Route("/messages/count_tokens", count_tokens, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/models", list_models, methods=["GET"]),
         Route("/health/liveliness", liveliness, methods=["GET"]),
@@ -142,8 +169,11 @@ def _authorize(request: Request, settings: Settings) -> None:
         return
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), settings.master_key.encode()):
-        raise AuthenticationFailed("Missing or invalid API key: send Authorization: Bearer <key>.")
+    if scheme.lower() != "bearer":
+        # Anthropic's SDKs (Claude Code) send the key as x-api-key.
+        token = request.headers.get("x-api-key", "")
+    if not hmac.compare_digest(token.strip().encode(), settings.master_key.encode()):
+        raise AuthenticationFailed("Missing or invalid API key: send Authorization: Bearer <key> or x-api-key.")
 
 
 async def _read_json(request: Request, limit: int) -> Any:
