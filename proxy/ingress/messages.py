@@ -52,7 +52,7 @@ async def create_message(
     if result.chunks is None:
         assert result.response is not None  # a TurnResult holds one or the other
         return JSONResponse(to_message(result.response, request.model), headers=result.headers)
-    events = message_events(result.chunks, request.model, error_body)
+    events = message_events(result.chunks, request.model, error_body, estimate_tokens(translation))
     return StreamingResponse(events, media_type="text/event-stream", headers=result.headers)
 
 

@@ -110,8 +110,10 @@ async def message_events(
     chunks: AsyncIterator[dict[str, Any]],
     model: str,
     render_error: Callable[[ProxyError], dict[str, Any]],
+    estimated_input: int = 0,
 ) -> AsyncIterator[str]:
-    """The SSE text of an Anthropic stream for these chat chunks; ``render_error`` shapes a mid-stream error."""
+    """The SSE text of an Anthropic stream for these chat chunks; ``render_error`` shapes a mid-stream error.
+    ``estimated_input`` is the ``message_start`` input count until the provider's own arrives at the end."""
     blocks = _Blocks()
     started = False
     finish: str | None = None
@@ -120,7 +122,7 @@ async def message_events(
         async for chunk in chunks:
             if not started:
                 started = True
-                yield sse(_message_start(chunk.get("id"), model))
+                yield sse(_message_start(chunk.get("id"), model, estimated_input))
                 yield sse({"type": "ping"})
             if chunk.get("usage"):
                 final_usage = chunk["usage"]
@@ -133,7 +135,7 @@ async def message_events(
         yield sse(render_error(exc))
         return
     if not started:
-        yield sse(_message_start(None, model))
+        yield sse(_message_start(None, model, estimated_input))
         yield sse({"type": "ping"})
     for event in blocks.close():
         yield sse(event)
@@ -148,9 +150,9 @@ async def message_events(
     yield sse({"type": "message_stop"})
 
 
-def _message_start(completion_id: str | None, model: str) -> dict[str, Any]:
+def _message_start(completion_id: str | None, model: str, estimated_input: int) -> dict[str, Any]:
     # The provider's usage arrives with the last chunk; message_delta carries it (the SDKs take
-    # input_tokens from there when it is present).
+    # input_tokens from there when it is present), message_start the proxy's estimate.
     return {
         "type": "message_start",
         "message": {
@@ -161,6 +163,6 @@ def _message_start(completion_id: str | None, model: str) -> dict[str, Any]:
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
-            "usage": {"input_tokens": 0, "output_tokens": 0},
+            "usage": {"input_tokens": estimated_input, "output_tokens": 0},
         },
     }
