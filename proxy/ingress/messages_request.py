@@ -6,7 +6,8 @@ and the assembly rely on (tool-call ids, ``cache_control`` marks, thinking block
 Anthropic provider turns back into Anthropic blocks:
 
 - ``cache_control`` stays on chat content parts and tools, and sits on the tool message itself for a
-  ``tool_result`` (litellm's convention); litellm removes the marks for providers that do not take them.
+  ``tool_result`` (litellm's convention), for Anthropic routes only: litellm passes a message-level mark
+  on to an OpenAI-compatible provider, which would refuse the unknown field.
 - ``thinking`` / ``redacted_thinking`` blocks become the assistant message's ``thinking_blocks``, for
   Anthropic routes only: a signature means nothing to another provider.
 - ``is_error`` has no chat equivalent, so an error result reads ``Error: ...`` to the model.
@@ -75,12 +76,14 @@ def to_chat(
     """The chat body for ``request`` (validated from ``raw``) on ``route``."""
     anthropic = is_anthropic_route(route)
     notes: dict[str, Any] = {"api": "anthropic-messages"}
-    converter = _Converter(keep_thinking=anthropic)
+    converter = _Converter(anthropic=anthropic)
     messages = converter.system(request.system)
     for index, message in enumerate(request.messages):
         messages += converter.message(message.role, message.content, index)
+    if not anthropic:
+        messages = [_unmarked(message) for message in messages]
     body: dict[str, Any] = {"model": request.model, "messages": messages}
-    tools, dropped_tools = _tools(request.tools or [])
+    tools, dropped_tools = _tools(request.tools or [], keep_marks=anthropic)
     if tools:
         body["tools"] = tools
         body.update(_tool_choice(request.tool_choice))
@@ -154,7 +157,16 @@ def _claude_code_session(metadata: Mapping[str, Any] | None) -> str | None:
     return session if isinstance(session, str) and session.strip() else None
 
 
-def _tools(tools: list[Tool]) -> tuple[list[dict[str, Any]], list[str]]:
+def _unmarked(message: dict[str, Any]) -> dict[str, Any]:
+    """The message without ``cache_control`` marks, on the message or on its content parts."""
+    out = {key: value for key, value in message.items() if key != "cache_control"}
+    if isinstance(out.get("content"), list):
+        parts = [{k: v for k, v in part.items() if k != "cache_control"} for part in out["content"]]
+        out["content"] = _joined(parts)
+    return out
+
+
+def _tools(tools: list[Tool], keep_marks: bool) -> tuple[list[dict[str, Any]], list[str]]:
     """Client tools as OpenAI function tools; server tools are left out and named."""
     out: list[dict[str, Any]] = []
     dropped: list[str] = []
@@ -168,7 +180,7 @@ def _tools(tools: list[Tool]) -> tuple[list[dict[str, Any]], list[str]]:
         if tool.description is not None:
             function["description"] = tool.description
         chat_tool: dict[str, Any] = {"type": "function", "function": function}
-        if tool.cache_control is not None:
+        if tool.cache_control is not None and keep_marks:
             chat_tool["cache_control"] = tool.cache_control
         out.append(chat_tool)
     return out, dropped
@@ -196,8 +208,8 @@ def _tool_choice(choice: ToolChoice | None) -> dict[str, Any]:
 class _Converter:
     """Turns Anthropic messages into chat messages, counting the server blocks it leaves out."""
 
-    def __init__(self, keep_thinking: bool) -> None:
-        self.keep_thinking = keep_thinking
+    def __init__(self, anthropic: bool) -> None:
+        self.anthropic = anthropic  # thinking blocks and cache_control marks go to Anthropic only
         self.dropped_blocks = 0
 
     def system(self, system: str | list[TextBlock] | None) -> list[dict[str, Any]]:
@@ -265,7 +277,7 @@ class _Converter:
             message["content"] = ""
         if calls:
             message["tool_calls"] = calls
-        if thinking and self.keep_thinking:
+        if thinking and self.anthropic:
             message["thinking_blocks"] = thinking
         return message
 

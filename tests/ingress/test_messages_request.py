@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -57,7 +58,7 @@ CONVERSATION: list[dict[str, Any]] = [
 
 
 def test_blocks_become_chat_messages_with_marks_ids_and_errors_kept():
-    translation = translate({"messages": CONVERSATION, "system": "You are Claude Code."})
+    translation = translate({"messages": CONVERSATION, "system": "You are Claude Code."}, ANTHROPIC)
     messages = translation.body["messages"]
     assert messages[0] == {"role": "system", "content": "You are Claude Code."}
     assert messages[1] == {"role": "user", "content": [{"type": "text", "text": "task", "cache_control": EPHEMERAL}]}
@@ -66,6 +67,10 @@ def test_blocks_become_chat_messages_with_marks_ids_and_errors_kept():
         "content": "Running.",
         "tool_calls": [
             {"id": "toolu_1", "type": "function", "function": {"name": "Bash", "arguments": '{"command": "ls"}'}}
+        ],
+        "thinking_blocks": [
+            {"type": "thinking", "thinking": "let me see", "signature": "sig-1"},
+            {"type": "redacted_thinking", "data": "opaque"},
         ],
     }
     assert messages[3] == {
@@ -80,7 +85,15 @@ def test_blocks_become_chat_messages_with_marks_ids_and_errors_kept():
     }
     assert messages[5] == {"role": "system", "content": "Mid-conversation note."}
     assert translation.notes["droppedServerBlocks"] == 2
-    assert "thinking_blocks" not in messages[2]  # an openai route: signatures mean nothing there
+
+
+def test_openai_route_gets_neither_marks_nor_thinking_blocks():
+    tools = [{"name": "Bash", "input_schema": {"type": "object"}, "cache_control": EPHEMERAL}]
+    chat = translate({"messages": CONVERSATION, "tools": tools}).body
+    assert "cache_control" not in json.dumps(chat)  # litellm would pass a message-level mark on to OpenAI
+    assert chat["messages"][0] == {"role": "user", "content": "task"}
+    assert chat["messages"][2] == {"role": "tool", "tool_call_id": "toolu_1", "content": "Error: no such dir"}
+    assert "thinking_blocks" not in chat["messages"][1]  # signatures mean nothing to another provider
 
 
 def test_anthropic_route_keeps_thinking_blocks_betas_and_anthropic_only_fields():
@@ -136,7 +149,8 @@ def test_tools_choice_and_server_tools():
             "messages": [{"role": "user", "content": "hi"}],
             "tools": tools,
             "tool_choice": {"type": "tool", "name": "Bash", "disable_parallel_tool_use": True},
-        }
+        },
+        ANTHROPIC,
     )
     assert translation.body["tools"] == [
         {
@@ -182,7 +196,7 @@ def test_tool_result_blocks_and_documents():
         "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "Read", "arguments": "{}"}}],
     }
     assert chat[2]["content"] == [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
-    assert chat[3] == {"role": "user", "content": [{"type": "text", "text": "T\n\ndoc body"}]}
+    assert chat[3] == {"role": "user", "content": "T\n\ndoc body"}
 
 
 @pytest.mark.parametrize(
