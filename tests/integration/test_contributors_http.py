@@ -255,7 +255,7 @@ def test_a_session_first_seen_mid_run_fills_every_channel_before_compaction(star
         return Reply(content="continuing")
 
     provider.script(script)
-    proxy = start_proxy(models=(_route(provider.url, window=8_000),))
+    proxy = start_proxy(models=(_route(provider.url, window=8_200),))
     _post(proxy.client(), messages, "mid-run")
     last = provider.history[-1]
     assert not any(m.get("tool_call_id") == "p1" for m in last["messages"])  # the declaring call is gone
