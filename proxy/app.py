@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from proxy.config import Mode, Settings
+from proxy.context.nonce import SECRET_NAME
 from proxy.errors import AuthenticationFailed, InvalidRequest, ModelNotFound, ProxyError, RequestTooLarge
 from proxy.identity import identify
 from proxy.runtime.assembly import Assembler
@@ -61,7 +62,10 @@ def create_app(
 
             services.backend = LiteLLMBackend(timeout_seconds=settings.provider_timeout_seconds)
         model_map = getattr(services.backend, "model_map_limits", _unknown_model)
-        services.runner = build_runner(settings, services.store, services.backend, model_map, services.assembler)
+        framing_secret = settings.framing_secret or await services.store.secret(SECRET_NAME)
+        services.runner = build_runner(
+            settings, services.store, services.backend, model_map, framing_secret, services.assembler
+        )
         try:
             yield
         finally:

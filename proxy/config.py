@@ -100,6 +100,9 @@ class Settings:
     max_tool_rounds: int = 4  # proxy-owned tool rounds per client request
     allow_mode_header: bool = False  # let a request choose shadow or legacy with x-context-mode
     max_history_messages: int | None = None  # the message-count cap (unset: none)
+    # Pins the secret the framing nonces derive from (tests, cassettes, examples: byte-identical provider
+    # input); unset, the store's own secret is used, made once and shared by every replica.
+    framing_secret: bytes | None = None
     prompt_percent: int = 25  # the system prompt's share of the effective limit
     message_percent: int = 10  # contributor messages' and attachments' share
     extra: Mapping[str, Any] = field(default_factory=dict)

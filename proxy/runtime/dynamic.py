@@ -17,6 +17,8 @@ from proxy.canonical import chain_hash
 from proxy.config import ModelRoute, Settings
 from proxy.context.assembler import AssemblyInput, ContextAssembler
 from proxy.context.checkpoint import Checkpoint
+from proxy.context.nonce import session_nonce
+from proxy.context.previews import READ_TOOL_OUTPUT
 from proxy.context.state import SKILL_HEADER, StateConfig, derive_state
 from proxy.runtime.assembly import Candidate, TurnRequest
 from proxy.runtime.provider import ProviderBackend
@@ -56,6 +58,7 @@ class DynamicAssembler:
         summary_route: Callable[[ModelRoute], ModelRoute],
         deferred: DeferredToolPolicy,
         state_config: StateConfig,
+        framing_secret: bytes,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -65,6 +68,7 @@ class DynamicAssembler:
         self._summary_route = summary_route
         self._deferred = deferred
         self._state_config = state_config
+        self._framing_secret = framing_secret
 
     async def assemble(self, request: TurnRequest) -> Candidate:
         """The assembled candidate for this turn; also persists checkpoints and previewed references."""
@@ -91,7 +95,9 @@ class DynamicAssembler:
                 history=history,
                 tools=tools,
                 reference_tools=reference_tools,
+                reader=self._toolbox.session_name(READ_TOOL_OUTPUT, context.client_tools) or READ_TOOL_OUTPUT,
                 limit=limits.effective_input_tokens,
+                nonce=session_nonce(self._framing_secret, context_id),
                 metadata=_mapping(request.body.get("metadata")),
                 headers=request.headers,
                 options=self._settings.contributor_options,

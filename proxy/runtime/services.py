@@ -35,9 +35,11 @@ def build_runner(
     store: SessionStore,
     backend: ProviderBackend,
     model_map: ModelMapLookup,
+    framing_secret: bytes,
     assembler: Assembler | None = None,
 ) -> TurnRunner:
-    """The runner for these settings; ``assembler`` replaces the dynamic pipeline (tests)."""
+    """The runner for these settings; ``framing_secret`` is what the sessions' framing nonces derive
+    from, ``assembler`` replaces the dynamic pipeline (tests)."""
     state_config = StateConfig.from_options(settings.contributor_options)
     factories = checked_factories(settings)
     registries = {scope: ContextContributorRegistry(scope, factories) for scope in SCOPES}
@@ -70,7 +72,9 @@ def build_runner(
         chosen = settings.route(settings.summary_model) if settings.summary_model else None
         return chosen or request_route
 
-    dynamic = DynamicAssembler(settings, store, pipeline, toolbox, backend, summary_route, deferred, state_config)
+    dynamic = DynamicAssembler(
+        settings, store, pipeline, toolbox, backend, summary_route, deferred, state_config, framing_secret
+    )
     traces = TraceWriter(settings.resolved_trace_dir) if settings.trace_enabled else None
     return TurnRunner(settings, store, assembler or dynamic, backend, traces, model_map, dynamic)
 

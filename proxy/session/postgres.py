@@ -12,6 +12,7 @@ are taken out before the rest goes to asyncpg: ``schema`` (default ``context_pro
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, contextmanager
 from typing import Any, TypeVar
@@ -23,6 +24,7 @@ from proxy.session import reconcile as rc
 from proxy.session.postgres_lock import AdvisoryTurnLocks
 from proxy.session.postgres_schema import check_schema_name, migrate
 from proxy.session.store import (
+    SECRET_BYTES,
     Reconciliation,
     SessionInfo,
     SkillRef,
@@ -380,6 +382,19 @@ class PostgresSessionStore:
             )
         )
         return [SkillRef(row["name"], row["revision"], row["chain_hash"]) for row in rows]
+
+    async def secret(self, name: str) -> bytes:
+        """The secret ``name``, made on first use; replicas starting together agree on one."""
+        candidate = secrets.token_bytes(SECRET_BYTES)
+
+        async def work(conn: Any) -> bytes:
+            # ON CONFLICT DO NOTHING: the first insert wins and every racer then reads the winner.
+            await conn.execute(
+                "INSERT INTO proxy_secrets (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING", name, candidate
+            )
+            return bytes(await conn.fetchval("SELECT value FROM proxy_secrets WHERE name = $1", name))
+
+        return await self._write(work)
 
 
 def split_url_options(url: str) -> tuple[str, dict[str, str]]:

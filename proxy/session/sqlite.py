@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -23,6 +24,7 @@ from proxy.session import reconcile as rc
 from proxy.session.locks import SessionLocks
 from proxy.session.sqlite_schema import migrate
 from proxy.session.store import (
+    SECRET_BYTES,
     Reconciliation,
     SessionInfo,
     SkillRef,
@@ -378,6 +380,19 @@ class SqliteSessionStore:
             ).fetchall()
         )
         return [SkillRef(name, revision, chash) for name, revision, chash in rows]
+
+    async def secret(self, name: str) -> bytes:
+        """The secret ``name``, made on first use; a second process on the file reads the same one."""
+        candidate = secrets.token_bytes(SECRET_BYTES)
+
+        def work(conn: sqlite3.Connection) -> bytes:
+            conn.execute(
+                "INSERT INTO proxy_secrets (name, value, created_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING",
+                (name, candidate, _now()),
+            )
+            return bytes(conn.execute("SELECT value FROM proxy_secrets WHERE name = ?", (name,)).fetchone()[0])
+
+        return await self._w().write(work)
 
 
 def _is_ancestor(conn: sqlite3.Connection, context_id: str, candidate: str, head: str, position: int) -> bool:

@@ -13,6 +13,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+SECRET_BYTES = 32  # of every secret a store makes (``SessionStore.secret``)
+
 
 class StoreError(Exception):
     """A store operation failed."""
@@ -138,3 +140,7 @@ class SessionStore(Protocol):
 
     async def skill_refs(self, context_id: str) -> list[SkillRef]:
         """The session's skill references, oldest first."""
+
+    async def secret(self, name: str) -> bytes:
+        """The deployment's secret ``name``: made once with ``secrets.token_bytes(SECRET_BYTES)`` by whichever
+        process asks first, then the same for every process and replica on this store."""

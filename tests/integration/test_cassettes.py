@@ -44,6 +44,8 @@ from proxy.demo.scripted_provider import Reply, ToolCall
 
 CASSETTES = Path(__file__).parents[2] / "cassettes"
 RECORDING = os.environ.get("CONTEXT_PROXY_RECORD_CASSETTES") == "1"
+# The framing nonces derive from it: pinned, so that recorded provider input is the same in every run.
+FRAMING_SECRET = b"context-proxy cassettes: a fixed framing secret"
 PLUGIN = Path(__file__).parents[1] / "plugins" / "sample_contributor_pkg"
 TOOLS = [
     {
@@ -156,7 +158,13 @@ def pinned_proxy(start_proxy, provider) -> Callable[..., Any]:
 
     def start(window: int = 16_000, output: int = 2_000, **overrides: Any) -> Any:
         return start_proxy(
-            **{**defaults, "trace_enabled": True, "models": (_route(provider.url, window, output),), **overrides}
+            **{
+                **defaults,
+                "trace_enabled": True,
+                "framing_secret": FRAMING_SECRET,
+                "models": (_route(provider.url, window, output),),
+                **overrides,
+            }
         )
 
     return start

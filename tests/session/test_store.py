@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from proxy.canonical import chain_hashes
-from proxy.session.store import SessionStore, SkillRef, UnknownSession, tool_output_ref
+from proxy.session.store import SECRET_BYTES, SessionStore, SkillRef, UnknownSession, tool_output_ref
 
 Message = dict[str, Any]
 
@@ -482,13 +482,25 @@ async def test_migrations_are_idempotent_and_safe_to_run_at_once(backend: Any) -
     backend.opened += [a, b]
     await asyncio.gather(a.open(), b.open())
     versions = await backend.versions()
-    assert versions == [1]
+    assert versions == [1, 2]
 
     await a.reconcile("s", "main", conversation(1))
     await a.open()  # opening an open store is a no-op
     c = await backend.open()
     assert await backend.versions() == versions
     assert await c.session("s") is not None
+
+
+async def test_a_secret_is_made_once_and_shared_by_replicas_and_restarts(backend: Any) -> None:
+    # Two replicas asking at the same moment on a fresh location get one secret, not one each.
+    a, b = await backend.open(), await backend.open()
+    first, second = await asyncio.gather(a.secret("framing"), b.secret("framing"))
+    assert first == second and len(first) == SECRET_BYTES
+    await a.close()
+    restarted = await backend.open()
+    assert await restarted.secret("framing") == first
+    other = await restarted.secret("another")
+    assert len(other) == SECRET_BYTES and other != first
 
 
 # --- side records ---------------------------------------------------------------------------------
