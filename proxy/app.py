@@ -144,10 +144,14 @@ def _unknown_model(model: str) -> tuple[int | None, int | None]:
 def _authorize(request: Request, settings: Settings) -> None:
     if settings.master_key is None:
         return
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), settings.master_key.encode()):
-        raise AuthenticationFailed("Missing or invalid API key: send Authorization: Bearer <key>.")
+    key = settings.master_key.encode()
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key):
+        return
+    # Anthropic clients send their key as x-api-key (DESIGN.md's interface accepts both).
+    if hmac.compare_digest(request.headers.get("x-api-key", "").strip().encode(), key):
+        return
+    raise AuthenticationFailed("Missing or invalid API key: send Authorization: Bearer <key> or x-api-key: <key>.")
 
 
 async def _read_json(request: Request, limit: int) -> Any:

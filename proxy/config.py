@@ -99,6 +99,7 @@ class Settings:
     provider_timeout_seconds: int = 600
     max_tool_rounds: int = 4  # proxy-owned tool rounds per client request
     allow_mode_header: bool = False  # let a request choose shadow or legacy with x-context-mode
+    allow_unauthenticated: bool = False  # serve a non-loopback address without a master key
     max_history_messages: int | None = None  # the message-count cap (unset: none)
     # Pins the secret the framing nonces derive from (tests, cassettes, examples: byte-identical provider
     # input); unset, the store's own secret is used, made once and shared by every replica.
@@ -171,6 +172,7 @@ class Settings:
             session_lock_seconds=_positive(env, "CONTEXT_PROXY_SESSION_LOCK_SECONDS") or cls.session_lock_seconds,
             max_tool_rounds=_positive(env, "SCIENCE_AGENT_CONTEXT_MAX_TOOL_ROUNDS") or cls.max_tool_rounds,
             allow_mode_header=_flag(env, "CONTEXT_PROXY_ALLOW_MODE_HEADER"),
+            allow_unauthenticated=_flag(env, "CONTEXT_PROXY_ALLOW_UNAUTHENTICATED"),
             max_history_messages=_positive(env, "SCIENCE_AGENT_CONTEXT_MAX_MESSAGES"),
             prompt_percent=_percent(env, "SCIENCE_AGENT_CONTEXT_PROMPT_PERCENT", cls.prompt_percent),
             message_percent=_percent(env, "SCIENCE_AGENT_CONTEXT_MESSAGE_PERCENT", cls.message_percent),

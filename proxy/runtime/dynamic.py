@@ -34,6 +34,20 @@ SUMMARY_RETRY_AFTER = "compaction.summary_retry_after"
 # trimming stands and summarizing is not tried again until the history has grown this much: otherwise
 # every later turn would pay for the same failing model call.
 SUMMARY_RETRY_MESSAGES = 20
+# Header names that carry credentials (the proxy's master key, a provider key a client forwards,
+# cookies): contributors are plugins, possibly third-party, and never see them. Matched as parts of
+# the lower-cased name, so vendor variants (x-goog-api-key, x-amz-security-token) are covered too.
+_CREDENTIAL_HEADER_PARTS = (
+    "auth",
+    "cookie",
+    "api-key",
+    "apikey",
+    "api_key",
+    "token",
+    "secret",
+    "password",
+    "credential",
+)
 
 
 @dataclass(frozen=True)
@@ -99,7 +113,7 @@ class DynamicAssembler:
                 limit=limits.effective_input_tokens,
                 nonce=session_nonce(self._framing_secret, context_id),
                 metadata=_mapping(request.body.get("metadata")),
-                headers=request.headers,
+                headers=contributor_headers(request.headers),
                 options=self._settings.contributor_options,
                 state=context.state,
                 checkpoints=checkpoints,
@@ -198,6 +212,15 @@ class DynamicAssembler:
         anchors = list(await self._store.state(context_id, SESSION_WIDE, INTERNAL_ANCHORS) or [])
         if anchor_hash not in anchors:
             await self._store.put_state(context_id, SESSION_WIDE, INTERNAL_ANCHORS, [*anchors, anchor_hash])
+
+
+def contributor_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The request's headers a contributor may see: every one except those carrying credentials."""
+    return {
+        name: value
+        for name, value in headers.items()
+        if not any(part in name.lower() for part in _CREDENTIAL_HEADER_PARTS)
+    }
 
 
 def _readable_checkpoints(stored: Mapping[str, Any]) -> tuple[list[Checkpoint], list[str]]:

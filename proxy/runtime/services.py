@@ -26,7 +26,7 @@ from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.proxy_tools import ProxyToolbox, find_tools_tool, read_skill_tool, read_tool_output_tool
 from proxy.runtime.trace import TraceWriter
 from proxy.runtime.turn import TurnRunner
-from proxy.session import open_store
+from proxy.session import SqliteSessionStore, open_store
 from proxy.session.store import SessionStore
 
 
@@ -80,14 +80,21 @@ def build_runner(
 
 
 def check_settings(settings: Settings) -> None:
-    """What only the installed packages can check, done before serving: contributor options and the
-    store URL's options. Raises ``ConfigError`` naming the setting."""
+    """What only the installed packages can check, done before serving: contributor options, the
+    store URL's options, a SQLite store no other process has. Raises ``ConfigError`` naming the
+    setting, or ``DataFolderInUse``."""
     checked_factories(settings)
     if settings.store_url:
         try:
             open_store(settings.store_url, settings.data_dir, settings.session_lock_seconds)
         except ValueError as exc:
             raise ConfigError(f"CONTEXT_PROXY_STORE_URL: {exc}") from None
+    else:
+        # The store takes the lock when it opens; checking here says why in one line instead of in
+        # the traceback of a failed start-up.
+        sqlite = open_store(None, settings.data_dir, settings.session_lock_seconds)
+        if isinstance(sqlite, SqliteSessionStore):
+            sqlite.check_free()
 
 
 def checked_factories(settings: Settings) -> list[FactorySource]:

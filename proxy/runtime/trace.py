@@ -1,7 +1,7 @@
 """Per-turn trace files: ``<trace-dir>/<context-id>/turn-0001.json`` (0600, folders 0700).
 
-Traces hold user messages, tool results and full prompts: private local debugging data. Secrets
-(``api_key``, headers) are removed from the recorded ``llmInput`` before anything is written.
+Traces hold user messages, tool results and full prompts: private local debugging data. Credentials
+are removed from the recorded ``llmInput`` before anything is written (``redaction.py``).
 """
 
 from __future__ import annotations
@@ -11,13 +11,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from proxy.runtime.redaction import redact_llm_input
+
+__all__ = ["SCHEMA_VERSION", "TraceWriter", "redact_llm_input", "trace_file_name"]
+
 SCHEMA_VERSION = 5
-_SECRET_KEYS = frozenset({"api_key", "headers", "extra_headers", "aws_secret_access_key", "vertex_credentials"})
-
-
-def redact_llm_input(llm_input: dict[str, Any]) -> dict[str, Any]:
-    """``llm_input`` without credentials: what a trace may show of the provider call."""
-    return {key: value for key, value in llm_input.items() if key not in _SECRET_KEYS}
 
 
 def trace_file_name(turn: int, recovery: int = 0) -> str:

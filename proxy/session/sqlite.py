@@ -3,7 +3,8 @@
 sqlite3 blocks, so each connection lives on its own worker thread and the event loop only awaits it:
 one writer connection (SQLite allows one writer at a time anyway) and one reader connection, which
 WAL lets read while the writer writes. Turns of one session are serialized by an in-process lock;
-this backend is for one proxy process (several replicas use PostgreSQL).
+this backend is for one proxy process (several replicas use PostgreSQL), which ``sqlite_files.py``
+enforces with a lock file, along with private file modes.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any, TypeVar
 
 from proxy.session import reconcile as rc
 from proxy.session.locks import SessionLocks
+from proxy.session.sqlite_files import ProcessLock, private_database, private_folder
 from proxy.session.sqlite_schema import migrate
 from proxy.session.store import (
     SECRET_BYTES,
@@ -141,28 +143,41 @@ class SqliteSessionStore:
         self.lock_timeout_seconds = lock_timeout_seconds
         self._locks = SessionLocks()
         self._hash_memo = rc.ChainMemo()
+        self._process_lock = ProcessLock(self.path)
         self._writer: _Connection | None = None
         self._reader: _Connection | None = None
 
     async def open(self) -> None:
-        """Open the file (created if missing) and apply pending migrations."""
+        """Lock the file for this process, make it private (created 0600 if missing), apply migrations.
+
+        Raises ``DataFolderInUse`` when another process (or another open store) has the file.
+        """
         if self._writer is not None:
             return
+        private_folder(self.path.parent)
+        self._process_lock.acquire()
         writer = _Connection(self.path, query_only=False)
         try:
+            private_database(self.path)
             await writer.run(migrate)
         except BaseException:
             await writer.close()
+            self._process_lock.release()
             raise
         self._writer = writer
         self._reader = _Connection(self.path, query_only=True)
 
+    def check_free(self) -> None:
+        """Raise ``DataFolderInUse`` if another process has the file now (``open`` takes the lock)."""
+        ProcessLock(self.path).check()
+
     async def close(self) -> None:
-        """Close both connections; the store can be opened again."""
+        """Close both connections and release the file; the store can be opened again."""
         for conn in (self._reader, self._writer):
             if conn is not None:
                 await conn.close()
         self._reader = self._writer = None
+        self._process_lock.release()
 
     def _w(self) -> _Connection:
         if self._writer is None:

@@ -73,6 +73,7 @@ class ProxyHandle:
 
     url: str
     settings: Settings
+    stop: Callable[[], None] = lambda: None  # stops the server now (a restart, or to open its store)
 
     def client(self, **kw: Any) -> openai.OpenAI:
         return openai.OpenAI(base_url=f"{self.url}/v1", api_key=kw.pop("api_key", "sk-client"), max_retries=0, **kw)
@@ -93,7 +94,13 @@ def start_proxy(tmp_path: Path, provider: ProviderHandle) -> Iterator[Callable[.
         context = serve_in_thread(create_app(settings))
         url = context.__enter__()
         stack.append(context)
-        return ProxyHandle(url=url, settings=settings)
+
+        def stop() -> None:
+            if context in stack:
+                stack.remove(context)
+                context.__exit__(None, None, None)
+
+        return ProxyHandle(url=url, settings=settings, stop=stop)
 
     yield start
     while stack:

@@ -476,6 +476,9 @@ async def test_a_restart_keeps_every_session(backend: Any) -> None:
     assert (again.created, again.new_messages) == (False, [])
 
 
+# Only PostgreSQL has replicas opening one location together; a second SQLite store on an open file is
+# refused (tests/session/test_sqlite_files.py), and its migrations rerun at every restart (above).
+@pytest.mark.parametrize("backend", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
 async def test_migrations_are_idempotent_and_safe_to_run_at_once(backend: Any) -> None:
     # Two stores opening a fresh location together, as two replicas starting at the same moment do.
     a, b = backend.make(), backend.make()
