@@ -27,6 +27,7 @@ from proxy.errors import InvalidRequest
 MAX_DEPTH = 64  # arrays and objects; an OpenAI chat request needs about 8
 _NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'"[]{}')  # deleted before counting brackets
 _BRACKETS_IN_STRING = re.compile(rb'"[^"]*"')
+_INNERMOST_PAIR = re.compile(rb"\[\]|\{\}")  # one scan per pass: a pair it uncovers waits for the next
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -69,7 +70,7 @@ def _check_depth(raw: bytes, max_depth: int) -> None:
     for _ in range(max_depth):
         if not brackets:
             return
-        shorter = brackets.replace(b"[]", b"").replace(b"{}", b"")
+        shorter = _INNERMOST_PAIR.sub(b"", brackets)
         if len(shorter) == len(brackets):  # unbalanced: the decoder names the syntax error
             if brackets.count(b"[") + brackets.count(b"{") <= max_depth:
                 return
