@@ -167,9 +167,7 @@ class Settings:
                 Path(env["SCIENCE_AGENT_CONTEXT_EXAMPLE_DIR"]) if env.get("SCIENCE_AGENT_CONTEXT_EXAMPLE_DIR") else None
             ),
             max_request_bytes=_positive(env, "CONTEXT_PROXY_MAX_REQUEST_BYTES") or cls.max_request_bytes,
-            max_request_messages=(
-                _positive(env, "CONTEXT_PROXY_MAX_REQUEST_MESSAGES") or cls.max_request_messages
-            ),
+            max_request_messages=(_positive(env, "CONTEXT_PROXY_MAX_REQUEST_MESSAGES") or cls.max_request_messages),
             shutdown_grace_seconds=(
                 _positive(env, "CONTEXT_PROXY_SHUTDOWN_GRACE_SECONDS") or cls.shutdown_grace_seconds
             ),
