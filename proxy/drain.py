@@ -55,7 +55,7 @@ class Drain:
     @asynccontextmanager
     async def bounded(self) -> AsyncIterator[None]:
         """Run the block until it is done or the grace is over; ``ShuttingDown`` in the second case."""
-        scope = asyncio.timeout(self._deadline)
+        scope = asyncio.timeout_at(self._deadline)
         try:
             async with scope:
                 self._scopes.add(scope)
