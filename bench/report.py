@@ -114,6 +114,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines += _long_run(parts["long_run"])
     if "estimator" in parts:
         lines += _estimator(parts["estimator"])
+    if "isolation" in parts:
+        lines += _isolation(parts["isolation"])
     return "\n".join(lines) + "\n"
 
 
@@ -226,3 +228,22 @@ def _estimator(e: dict[str, Any]) -> list[str]:
     lines += ["", "| counter | MB/s |", "|---|---:|"]
     lines += [f"| {name} | {speed:.2f} |" for name, speed in e["throughput_mb_s"].items()]
     return lines
+
+
+def _isolation(i: dict[str, Any]) -> list[str]:
+    during = (
+        "none answered"
+        if i["small_during_median_ms"] is None
+        else (
+            f"median {i['small_during_median_ms']:,.1f} ms, max {i['small_during_max_ms']:,.1f} ms "
+            f"({i['small_during_count']} requests)"
+        )
+    )
+    return [
+        "",
+        "## 5. A very large request does not stall other sessions",
+        "",
+        f"One request of {i['messages']:,} messages ({i['request_bytes'] / 1e6:,.1f} MB) took {i['large_ms']:,.0f} ms. "
+        f"Small requests of another session sent meanwhile: {during}; the same request on an idle proxy: "
+        f"{i['small_idle_ms']:,.1f} ms.",
+    ]

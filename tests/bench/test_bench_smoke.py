@@ -71,3 +71,19 @@ def test_prefix_share_counts_the_common_prefix() -> None:
 def test_tool_output_is_about_twelve_kilobytes_and_deterministic() -> None:
     assert 12_000 <= len(tool_output(3).encode()) < 12_200
     assert tool_output(3) == tool_output(3) != tool_output(4)
+
+
+def test_isolation_part_measures_small_requests_during_a_large_one(servers: tuple[str, str]) -> None:
+    from bench.isolation import large_history, run_isolation
+
+    assert len(large_history(301)) == 301
+    result = run_isolation(servers[0], messages=2_000, idle_samples=1)
+    assert result["messages"] == 2_000 and result["large_ms"] > 0 and result["small_idle_ms"] > 0
+    report = {
+        "date": "2026-01-01T00:00:00+00:00",
+        "quick": True,
+        "seconds": 1.0,
+        "machine": {"cpu": "x", "cores": 2, "platform": "p", "python": "3", "litellm": "1", "commit": "c"},
+        "parts": {"isolation": result},
+    }
+    assert "## 5. A very large request" in render_markdown(report)
