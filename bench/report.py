@@ -129,6 +129,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines += _estimator(parts["estimator"])
     if "memory" in parts:
         lines += _memory(parts["memory"])
+    if "isolation" in parts:
+        lines += _isolation(parts["isolation"])
     return "\n".join(lines) + "\n"
 
 
@@ -258,3 +260,22 @@ def _memory(m: dict[str, Any]) -> list[str]:
     ]
     lines += [f"| {p['requests']:,} | {p['rss_mib']:.1f} |" for p in m["points"]]
     return lines
+
+
+def _isolation(i: dict[str, Any]) -> list[str]:
+    during = (
+        "none answered"
+        if i["small_during_median_ms"] is None
+        else (
+            f"median {i['small_during_median_ms']:,.1f} ms, max {i['small_during_max_ms']:,.1f} ms "
+            f"({i['small_during_count']} requests)"
+        )
+    )
+    return [
+        "",
+        "## 6. A very large request does not stall other sessions",
+        "",
+        f"One request of {i['messages']:,} messages ({i['request_bytes'] / 1e6:,.1f} MB) took {i['large_ms']:,.0f} ms. "
+        f"Small requests of another session sent meanwhile: {during}; the same request on an idle proxy: "
+        f"{i['small_idle_ms']:,.1f} ms.",
+    ]

@@ -53,11 +53,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(settings: Settings, host: str, port: int) -> int:
-    import uvicorn
-
     from proxy.app import create_app
+    from proxy.drain import server_for
     from proxy.runtime.services import check_settings
 
     check_settings(settings)
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    app = create_app(settings)
+    server_for(app, app.state.drain, host, port, log_level="info").run()
     return 0

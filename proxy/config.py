@@ -95,6 +95,8 @@ class Settings:
     contributor_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     contributor_allow: frozenset[str] | None = None  # entry-point or distribution names; None loads all
     max_request_bytes: int = 32 * 1024 * 1024
+    max_request_messages: int = 100_000  # refused with 400 beyond this; not the trimming cap below
+    shutdown_grace_seconds: int = 30  # in-flight requests get this long to finish on shutdown
     session_lock_seconds: int = 60
     provider_timeout_seconds: int = 600
     max_tool_rounds: int = 4  # proxy-owned tool rounds per client request
@@ -169,6 +171,10 @@ class Settings:
                 Path(env["SCIENCE_AGENT_CONTEXT_EXAMPLE_DIR"]) if env.get("SCIENCE_AGENT_CONTEXT_EXAMPLE_DIR") else None
             ),
             max_request_bytes=_positive(env, "CONTEXT_PROXY_MAX_REQUEST_BYTES") or cls.max_request_bytes,
+            max_request_messages=(_positive(env, "CONTEXT_PROXY_MAX_REQUEST_MESSAGES") or cls.max_request_messages),
+            shutdown_grace_seconds=(
+                _positive(env, "CONTEXT_PROXY_SHUTDOWN_GRACE_SECONDS") or cls.shutdown_grace_seconds
+            ),
             session_lock_seconds=_positive(env, "CONTEXT_PROXY_SESSION_LOCK_SECONDS") or cls.session_lock_seconds,
             max_tool_rounds=_positive(env, "SCIENCE_AGENT_CONTEXT_MAX_TOOL_ROUNDS") or cls.max_tool_rounds,
             allow_mode_header=_flag(env, "CONTEXT_PROXY_ALLOW_MODE_HEADER"),

@@ -45,6 +45,11 @@ class Reply:
     error_status: int | None = None
     error_body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
+    break_after: int | None = None  # a stream breaks off (connection cut) after this many chunks
+
+
+class BrokenStream(Exception):
+    """Raised inside a scripted stream to cut the connection mid-body, as a crashing provider does."""
 
 
 Script = Callable[[dict[str, Any]], Reply]
@@ -106,7 +111,7 @@ class ScriptedProvider:
             chunks = _stream_chunks(
                 completion_id, body.get("model", ""), message, finish, usage if include_usage else None
             )
-            return StreamingResponse(self._sse(chunks), media_type="text/event-stream")
+            return StreamingResponse(self._sse(chunks, reply.break_after), media_type="text/event-stream")
         return JSONResponse(
             {
                 "id": completion_id,
@@ -119,10 +124,12 @@ class ScriptedProvider:
             }
         )
 
-    async def _sse(self, chunks: Iterator[dict[str, Any]]) -> AsyncIterator[str]:
+    async def _sse(self, chunks: Iterator[dict[str, Any]], break_after: int | None = None) -> AsyncIterator[str]:
         finished = False
         try:
-            for item in chunks:
+            for number, item in enumerate(chunks):
+                if number == break_after:
+                    raise BrokenStream(f"scripted break after {number} chunks")
                 yield f"data: {json.dumps(item)}\n\n"
                 await asyncio.sleep(self.chunk_delay)
             yield "data: [DONE]\n\n"

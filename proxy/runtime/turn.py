@@ -118,20 +118,24 @@ class TurnRunner:
         headers: Mapping[str, str] | None = None,
         mode: Mode | None = None,
     ) -> TurnResult:
-        """Serve one validated request; the caller has already authorized and routed it."""
+        """Serve one validated request; the caller has already authorized and routed it.
+
+        The session lock is released here, whatever happens, unless a live stream took it over: that
+        stream then owns it and releases it when it ends, fails or is closed (``_LiveStream``).
+        """
         stack = AsyncExitStack()
         try:
             await stack.enter_async_context(self.store.turn_lock(identity.context_id))
         except SessionBusy as exc:
             raise SessionConflict(str(exc)) from exc
+        handed_over = False
         try:
             result = await self._run_locked(stack, body, identity, route, headers or {}, mode or self.settings.mode)
-        except BaseException:
-            await stack.aclose()
-            raise
-        if result.chunks is None or not isinstance(result.chunks, _LiveStream):
-            await stack.aclose()  # only a live stream still needs the lock; it releases it when it ends
-        return result
+            handed_over = isinstance(result.chunks, _LiveStream)
+            return result
+        finally:
+            if not handed_over:
+                await stack.aclose()
 
     async def _run_locked(
         self,
@@ -207,7 +211,7 @@ class TurnRunner:
                 answer.buffered = [chunk async for chunk in await self.backend.stream(llm_input)]
             else:
                 chunks = await self.backend.stream(llm_input)
-                answer.live = _LiveStream(self._finish_stream(chunks, stack, request, record, recovery))
+                answer.live = _LiveStream(self._finish_stream(chunks, request, record, recovery), stack)
                 return answer  # its trace is written when the stream ends
         except ProxyError as exc:
             record["providerError"] = exc.body()["error"]
@@ -221,12 +225,11 @@ class TurnRunner:
     async def _finish_stream(
         self,
         chunks: AsyncIterator[dict[str, Any]],
-        stack: AsyncExitStack,
         request: TurnRequest,
         record: dict[str, Any],
         recovery: int,
     ) -> AsyncIterator[dict[str, Any]]:
-        """Relay the chunks; the lock is released and the trace written when the stream ends or is dropped."""
+        """Relay the chunks; the trace is written when the stream ends, fails or is dropped."""
         try:
             async for chunk in chunks:
                 yield chunk
@@ -234,11 +237,12 @@ class TurnRunner:
             record["providerError"] = exc.body()["error"]
             raise
         finally:
-            aclose = getattr(chunks, "aclose", None)
-            if aclose is not None:
-                await aclose()
-            self._write_trace(request, record, recovery)
-            await stack.aclose()
+            try:
+                aclose = getattr(chunks, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            finally:
+                self._write_trace(request, record, recovery)
 
     def _write_trace(self, request: TurnRequest, record: dict[str, Any], recovery: int) -> None:
         if self.traces is not None:
@@ -246,18 +250,31 @@ class TurnRunner:
 
 
 class _LiveStream(AsyncIterator[dict[str, Any]]):
-    """Marks the one kind of answer that still holds the session lock while the client reads it."""
+    """The one kind of answer that still holds the session lock while the client reads it.
 
-    def __init__(self, chunks: AsyncIterator[dict[str, Any]]) -> None:
+    It owns the lock (``stack``): the lock is released when the stream ends, when reading it fails
+    for any reason (a cancellation included), and when it is closed unread.
+    """
+
+    def __init__(self, chunks: AsyncIterator[dict[str, Any]], stack: AsyncExitStack) -> None:
         self._chunks = chunks
+        self._stack = stack
 
     async def __anext__(self) -> dict[str, Any]:
-        return await self._chunks.__anext__()
+        try:
+            return await self._chunks.__anext__()
+        except BaseException:
+            await self.aclose()
+            raise
 
     async def aclose(self) -> None:
-        aclose = getattr(self._chunks, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        """Close the relay (the provider call, the trace), then release the lock; safe to call twice."""
+        try:
+            aclose = getattr(self._chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        finally:
+            await self._stack.aclose()
 
 
 def _deliver(result: TurnResult, answer: _Answer) -> TurnResult:

@@ -92,3 +92,19 @@ def test_memory_part_samples_rss_and_sends_distinct_outputs(servers: tuple[str, 
     )
     assert memory_output(0, 1, 3_000) != memory_output(1, 0, 3_000)
     assert abs(len(memory_output(0, 1, 3_000)) - 3_000) < 80
+
+
+def test_isolation_part_measures_small_requests_during_a_large_one(servers: tuple[str, str]) -> None:
+    from bench.isolation import large_history, run_isolation
+
+    assert len(large_history(301)) == 301
+    result = run_isolation(servers[0], messages=2_000, idle_samples=1)
+    assert result["messages"] == 2_000 and result["large_ms"] > 0 and result["small_idle_ms"] > 0
+    report = {
+        "date": "2026-01-01T00:00:00+00:00",
+        "quick": True,
+        "seconds": 1.0,
+        "machine": {"cpu": "x", "cores": 2, "platform": "p", "python": "3", "litellm": "1", "commit": "c"},
+        "parts": {"isolation": result},
+    }
+    assert "## 6. A very large request" in render_markdown(report)
