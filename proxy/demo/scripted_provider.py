@@ -58,10 +58,13 @@ def estimate_prompt_tokens(body: dict[str, Any]) -> int:
 class ScriptedProvider:
     """The provider's behaviour: a script, an optional context window, and the record of requests."""
 
-    def __init__(self, script: Script, *, context_window: int | None = None, chunk_delay: float = 0.0) -> None:
+    def __init__(
+        self, script: Script, *, context_window: int | None = None, chunk_delay: float = 0.0, latency: float = 0.0
+    ) -> None:
         self.script = script
         self.context_window = context_window
         self.chunk_delay = chunk_delay  # seconds between stream chunks, to let a test disconnect mid-stream
+        self.latency = latency  # seconds before every answer, like a real model's time to respond
         self.history: list[dict[str, Any]] = []
         self.streams_finished = 0
         self.streams_abandoned = 0  # the caller went away before the last chunk
@@ -86,6 +89,8 @@ class ScriptedProvider:
         with self._lock:
             self.history.append(body)
             number = len(self.history)
+        if self.latency:
+            await asyncio.sleep(self.latency)  # asleep, not blocking: concurrent requests overlap as at a provider
         prompt_tokens = estimate_prompt_tokens(body)
         if self.context_window is not None and prompt_tokens > self.context_window:
             return JSONResponse(_overflow_body(self.context_window, prompt_tokens), status_code=400)

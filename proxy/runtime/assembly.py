@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from proxy.config import Mode, ModelRoute
 from proxy.identity import SessionIdentity
+from proxy.runtime.branch import BranchTurn
 from proxy.runtime.limits import ModelLimits
 from proxy.session.store import Reconciliation
 
@@ -31,6 +32,7 @@ class TurnRequest:
     turn: int
     forced: bool = False  # a forced pressure pass after a provider overflow
     stated_limit: int | None = None  # the window the provider stated in its overflow message
+    branch: BranchTurn | None = None  # where on its branch this call is (traced); None when not counted
 
 
 @dataclass

@@ -1,7 +1,8 @@
-"""One client request, end to end: lock the session, reconcile, assemble, call the provider, trace.
+"""One client request, end to end: lock the branch, reconcile, assemble, call the provider, trace.
 
-The session's turn lock is held until the answer is complete, for a stream until its last chunk, so
-two requests of one session never interleave their store updates.
+The turn lock of the request's branch (its history's head, see ``proxy/runtime/branch.py``) is held
+until the answer is complete, for a stream until its last chunk, so two requests with the same
+history never interleave their store updates, while runs that only open alike proceed in parallel.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from proxy.config import Mode, ModelRoute, Settings
 from proxy.errors import ContextOverflow, ProxyError, SessionConflict
 from proxy.identity import SessionIdentity
 from proxy.runtime.assembly import Assembler, Candidate, TurnRequest
+from proxy.runtime.branch import BranchTurn, branch_of, next_branch_turn
 from proxy.runtime.limits import ModelLimits, ModelMapLookup, resolve_limits
 from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.stream_buffer import accumulate, synthesize
 from proxy.runtime.trace import TraceWriter, redact_llm_input
-from proxy.session.store import SessionBusy, SessionStore
+from proxy.session.reconcile import ChainMemo
+from proxy.session.store import Reconciliation, SessionBusy, SessionStore
 
 
 @dataclass
@@ -97,6 +100,7 @@ class TurnRunner:
         self.steps = steps
         self._model_map = model_map
         self._limits: dict[str, ModelLimits] = {}
+        self._branch_hashes = ChainMemo()
 
     def limits_for(self, route: ModelRoute) -> ModelLimits:
         """The route's limits, resolved once, then corrected by what providers state in overflow errors."""
@@ -120,8 +124,9 @@ class TurnRunner:
     ) -> TurnResult:
         """Serve one validated request; the caller has already authorized and routed it."""
         stack = AsyncExitStack()
+        branch = branch_of(self._branch_hashes, identity.context_id, body["messages"])
         try:
-            await stack.enter_async_context(self.store.turn_lock(identity.context_id))
+            await stack.enter_async_context(self.store.turn_lock(identity.context_id, branch))
         except SessionBusy as exc:
             raise SessionConflict(str(exc)) from exc
         try:
@@ -144,7 +149,9 @@ class TurnRunner:
     ) -> TurnResult:
         reconciliation = await self.store.reconcile(identity.context_id, identity.scope, body["messages"])
         turn = await self.store.next_turn(identity.context_id)
-        request = TurnRequest(identity, mode, route, self.limits_for(route), body, headers, reconciliation, turn)
+        limits = self.limits_for(route)
+        branch = await self._branch_turn(reconciliation)
+        request = TurnRequest(identity, mode, route, limits, body, headers, reconciliation, turn, branch=branch)
         result = TurnResult(identity=identity, mode=mode)
         rounds = 0
         while True:
@@ -159,7 +166,17 @@ class TurnRunner:
                 return _deliver(result, _without_proxy_calls(answer, rounds))
             await self.steps.run_proxy_step(request, answer.message, calls, answer.visible_history)
             # Each proxy-owned round is a model call of its own: its own turn number and trace file.
-            request = replace(request, turn=await self.store.next_turn(identity.context_id))
+            request = replace(
+                request,
+                turn=await self.store.next_turn(identity.context_id),
+                branch=await self._branch_turn(reconciliation),
+            )
+
+    async def _branch_turn(self, reconciliation: Reconciliation) -> BranchTurn | None:
+        """This model call's place on its branch, for the trace (not counted when traces are off)."""
+        if self.traces is None:
+            return None
+        return await next_branch_turn(self.store, reconciliation.context_id, reconciliation.chain_hashes)
 
     async def _call(self, request: TurnRequest, stack: AsyncExitStack) -> _Answer:
         """One model call; after a normalized overflow in dynamic mode, one forced retry."""
@@ -336,6 +353,7 @@ def _trace_record(request: TurnRequest, candidate: Candidate | None, llm_input: 
             "knownMessages": request.reconciliation.known_count,
             "newMessages": len(request.reconciliation.new_messages),
             "forked": request.reconciliation.forked,
+            **({"branch": request.branch.record()} if request.branch is not None else {}),
         },
         "contributors": stages.pop("contributors", []),
         "collection": stages.pop("collection", None),
