@@ -16,9 +16,11 @@ the lock (racy), and would also serialize every run's second turn: their request
 extend the same stored opening until the first of them stores its answer.
 
 Traces keep the session's numbering (``turn-NNNN.json``, unique per context id, so concurrent
-branches never collide on a file), and each trace records where on its branch it was made: the count
-of model calls along the request's own chain and the head of the turn before it on that chain. A
+branches never collide on a file), and each trace records where on its branch it was made: the n-th
+model call along the request's own chain, and the head of the call before it on that chain. A
 reader follows ``parentHeadHash`` from a run's last trace back to its first to read one run alone.
+Identical requests are the same point of the same branch: each is numbered as the call after what
+precedes their common head (ten identical first requests are each call 1), never one after another.
 """
 
 from __future__ import annotations
@@ -50,9 +52,18 @@ def branch_of(memo: ChainMemo, context_id: str, messages: Sequence[Mapping[str, 
     return request_hashes(context_id, messages, memo)[-1]
 
 
-async def next_branch_turn(store: SessionStore, context_id: str, chain_hashes: Sequence[str]) -> BranchTurn:
-    """Count one more model call on the branch ending at ``chain_hashes[-1]`` (held under its turn lock)."""
-    previous = await store.state_along(context_id, chain_hashes, BRANCH_TURNS)
+async def first_branch_turn(store: SessionStore, context_id: str, chain_hashes: Sequence[str]) -> BranchTurn:
+    """A request's first model call on its branch, recorded at its head (call under the branch's turn lock)."""
+    # Only calls made before the head count: an identical earlier request is a sibling, not a parent.
+    previous = await store.state_along(context_id, chain_hashes[:-1], BRANCH_TURNS)
     done = previous.value if previous is not None and isinstance(previous.value, int) else 0
-    await store.put_state(context_id, chain_hashes[-1], BRANCH_TURNS, done + 1)
-    return BranchTurn(done + 1, previous.chain_hash if previous is not None else None)
+    turn = BranchTurn(done + 1, previous.chain_hash if previous is not None else None)
+    await store.put_state(context_id, chain_hashes[-1], BRANCH_TURNS, turn.number)
+    return turn
+
+
+async def next_branch_turn(store: SessionStore, context_id: str, head: str, previous: BranchTurn) -> BranchTurn:
+    """The call after ``previous`` in the same request (a proxy-owned tool round), recorded at ``head``."""
+    turn = BranchTurn(previous.number + 1, head)
+    await store.put_state(context_id, head, BRANCH_TURNS, turn.number)
+    return turn

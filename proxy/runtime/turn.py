@@ -18,7 +18,7 @@ from proxy.config import Mode, ModelRoute, Settings
 from proxy.errors import ContextOverflow, ProxyError, SessionConflict
 from proxy.identity import SessionIdentity
 from proxy.runtime.assembly import Assembler, Candidate, TurnRequest
-from proxy.runtime.branch import BranchTurn, branch_of, next_branch_turn
+from proxy.runtime.branch import BranchTurn, branch_of, first_branch_turn, next_branch_turn
 from proxy.runtime.limits import ModelLimits, ModelMapLookup, resolve_limits
 from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.stream_buffer import accumulate, synthesize
@@ -150,7 +150,7 @@ class TurnRunner:
         reconciliation = await self.store.reconcile(identity.context_id, identity.scope, body["messages"])
         turn = await self.store.next_turn(identity.context_id)
         limits = self.limits_for(route)
-        branch = await self._branch_turn(reconciliation)
+        branch = await self._first_branch_turn(reconciliation)
         request = TurnRequest(identity, mode, route, limits, body, headers, reconciliation, turn, branch=branch)
         result = TurnResult(identity=identity, mode=mode)
         rounds = 0
@@ -169,14 +169,20 @@ class TurnRunner:
             request = replace(
                 request,
                 turn=await self.store.next_turn(identity.context_id),
-                branch=await self._branch_turn(reconciliation),
+                branch=await self._next_branch_turn(request),
             )
 
-    async def _branch_turn(self, reconciliation: Reconciliation) -> BranchTurn | None:
-        """This model call's place on its branch, for the trace (not counted when traces are off)."""
+    async def _first_branch_turn(self, reconciliation: Reconciliation) -> BranchTurn | None:
+        """This request's place on its branch, for the trace (not counted when traces are off)."""
         if self.traces is None:
             return None
-        return await next_branch_turn(self.store, reconciliation.context_id, reconciliation.chain_hashes)
+        return await first_branch_turn(self.store, reconciliation.context_id, reconciliation.chain_hashes)
+
+    async def _next_branch_turn(self, request: TurnRequest) -> BranchTurn | None:
+        if request.branch is None:
+            return None
+        head = request.reconciliation.head_hash
+        return await next_branch_turn(self.store, request.identity.context_id, head, request.branch)
 
     async def _call(self, request: TurnRequest, stack: AsyncExitStack) -> _Answer:
         """One model call; after a normalized overflow in dynamic mode, one forced retry."""
