@@ -7,6 +7,7 @@ app another.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -33,6 +34,8 @@ class TurnRequest:
     forced: bool = False  # a forced pressure pass after a provider overflow
     stated_limit: int | None = None  # the window the provider stated in its overflow message
     branch: BranchTurn | None = None  # where on its branch this call is (traced); None when not counted
+    # One client request, the same over its proxy-owned rounds: what keeps its proxy steps its own.
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
 @dataclass

@@ -2,7 +2,12 @@
 persists what the pipeline decided (a new checkpoint, which bodies are previewed).
 
 Proxy-owned tool steps are not in the client's history (the client never saw them); they are stored
-anchored at the message they followed and put back in place here, so the model keeps seeing them.
+under a key of their own request and put back in place here, so the model keeps seeing them. A later
+request finds them through the answer they led to: when the request ends, the branch state at the
+chain hash of (its head, the answer the client got) links its head to its steps. Two identical
+requests (two pass@k runs' first turns) therefore never replay each other's steps, unless the model
+also answered both identically, when the two runs are the same history from then on. An answer
+relayed live cannot be hashed before the client has it; its steps are linked at the head instead.
 
 What the pipeline decided (which bodies are previewed, when summarizing may be tried again, where
 proxy steps were taken) is branch state: written at the request's head and read from the nearest
@@ -30,7 +35,8 @@ from proxy.runtime.summarizer import ModelSummarizer
 from proxy.session.store import SessionStore, SkillRef, tool_output_ref
 
 PREVIEWED_REFS = "compaction.previewed_refs"
-INTERNAL_ANCHORS = "internal_steps.anchors"
+INTERNAL_ANCHORS = "internal_steps.anchors"  # {chain hash a step followed: its steps' key}
+LEGACY_SESSION_WIDE = ""  # where releases before branch state kept it: read as the root of every chain
 SUMMARY_RETRY_AFTER = "compaction.summary_retry_after"
 # After a summarization fails (the model errs or writes an unusable checkpoint), the deterministic
 # trimming stands and summarizing is not tried again until the history has grown this much: otherwise
@@ -178,35 +184,55 @@ class DynamicAssembler:
         context_id = request.identity.context_id
         hashes = request.reconciliation.chain_hashes
         messages = request.body["messages"]
-        anchors = set(await self._branch_state(request, INTERNAL_ANCHORS) or [])
+        anchors = await self._anchors(request)
+        own = _own_steps_key(request)
         items: list[HistoryItem] = []
         for message, prefix in zip(messages, hashes, strict=True):
             ref = tool_output_ref(prefix) if message.get("role") == "tool" else None
             items.append(HistoryItem(message, prefix, ref))
-            if prefix in anchors:
-                previous = prefix
-                for step in await self._store.internal_steps(context_id, prefix):
+            keys = [anchors[prefix]] if prefix in anchors else []
+            if prefix == hashes[-1]:
+                keys.append(own)  # this request's own rounds so far
+            previous = prefix
+            for key in keys:
+                for step in await self._store.internal_steps(context_id, key):
                     previous = chain_hash(previous, step)  # a stable name, so checkpoints can cover it
                     items.append(HistoryItem(step, previous))
         return items
 
     async def record_internal_step(self, request: TurnRequest, messages: list[dict[str, Any]]) -> None:
-        """Store a proxy-owned tool step after the request's last message so later calls see it in place."""
-        context_id, anchor_hash = request.identity.context_id, _head(request)
-        await self._store.put_internal_steps(context_id, anchor_hash, messages)
-        anchors = list(await self._branch_state(request, INTERNAL_ANCHORS) or [])
-        if anchor_hash not in anchors:
-            await self._store.put_state(context_id, anchor_hash, INTERNAL_ANCHORS, [*anchors, anchor_hash])
+        """Store a proxy-owned tool step of this request, after its last message, where its next rounds see it."""
+        await self._store.put_internal_steps(request.identity.context_id, _own_steps_key(request), messages)
+
+    async def link_proxy_steps(self, request: TurnRequest, answer: dict[str, Any] | None) -> None:
+        """Make this request's proxy steps part of the branch that continues with ``answer`` (the message the
+        client got); ``None`` for an answer relayed live, whose steps are linked at the request's head."""
+        anchors = await self._anchors(request)
+        anchors[_head(request)] = _own_steps_key(request)
+        at = _head(request) if answer is None else chain_hash(_head(request), answer)
+        await self._store.put_state(request.identity.context_id, at, INTERNAL_ANCHORS, anchors)
+
+    async def _anchors(self, request: TurnRequest) -> dict[str, str]:
+        stored = await self._branch_state(request, INTERNAL_ANCHORS)
+        if isinstance(stored, list):  # an earlier release: steps keyed by the chain hash they followed
+            return {anchor: anchor for anchor in stored if isinstance(anchor, str)}
+        return dict(stored) if isinstance(stored, dict) else {}
 
     async def _branch_state(self, request: TurnRequest, channel: str) -> Any | None:
         """The channel's value as of this request's branch: at its nearest prefix that has one."""
-        found = await self._store.state_along(request.identity.context_id, request.reconciliation.chain_hashes, channel)
+        chain = (LEGACY_SESSION_WIDE, *request.reconciliation.chain_hashes)
+        found = await self._store.state_along(request.identity.context_id, chain, channel)
         return None if found is None else found.value
 
 
 def _head(request: TurnRequest) -> str:
     """Where this turn's branch state is written: the chain hash of the request's last message."""
     return request.reconciliation.head_hash
+
+
+def _own_steps_key(request: TurnRequest) -> str:
+    """The key this request's proxy steps are stored under: unique to the request, stable over its rounds."""
+    return f"{_head(request)}/{request.request_id}"
 
 
 def _readable_checkpoints(stored: Mapping[str, Any]) -> tuple[list[Checkpoint], list[str]]:

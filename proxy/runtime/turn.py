@@ -78,6 +78,9 @@ class ProxyStepRunner(Protocol):
         """Run ``calls`` (made in ``message`` by a model that saw ``visible``); store the step after the
         request's last message."""
 
+    async def link_proxy_steps(self, request: TurnRequest, answer: dict[str, Any] | None) -> None:
+        """Attach the request's steps to the branch continuing with ``answer`` (``None``: relayed live)."""
+
 
 class TurnRunner:
     """Runs turns against one store, one assembler and one provider backend."""
@@ -158,9 +161,10 @@ class TurnRunner:
             answer = await self._call(request, stack)
             calls = answer.proxy_calls()
             if not calls:
-                return _deliver(result, answer)
+                return await self._deliver_after_rounds(result, answer, request, rounds)
             if rounds >= self.settings.max_tool_rounds:
-                return _deliver(result, _without_proxy_calls(answer, self.settings.max_tool_rounds))
+                answer = _without_proxy_calls(answer, self.settings.max_tool_rounds)
+                return await self._deliver_after_rounds(result, answer, request, rounds)
             rounds += 1
             if self.steps is None:  # proxy tools are only offered by an assembler that also runs them
                 return _deliver(result, _without_proxy_calls(answer, rounds))
@@ -171,6 +175,14 @@ class TurnRunner:
                 turn=await self.store.next_turn(identity.context_id),
                 branch=await self._next_branch_turn(request),
             )
+
+    async def _deliver_after_rounds(
+        self, result: TurnResult, answer: _Answer, request: TurnRequest, rounds: int
+    ) -> TurnResult:
+        """The answer, once the proxy steps taken for it are linked to it (later turns of its branch see them)."""
+        if rounds and self.steps is not None:
+            await self.steps.link_proxy_steps(request, answer.message if answer.live is None else None)
+        return _deliver(result, answer)
 
     async def _first_branch_turn(self, reconciliation: Reconciliation) -> BranchTurn | None:
         """This request's place on its branch, for the trace (not counted when traces are off)."""

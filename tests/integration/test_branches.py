@@ -226,3 +226,48 @@ async def test_previews_of_one_run_never_show_in_another(
     assert "ref=" in first_body(a_first)  # run A was over the threshold: its oldest body became a preview
     assert first_body(b_sent) == shared[-1]["content"]  # run B is not, and A's decision is not B's
     assert "ref=" in first_body(a_again)  # ...while A's next turn keeps its own preview in place
+
+
+def _skill_script(body: dict[str, Any]) -> Reply:
+    """Read the skill (a proxy-owned tool), then measure (the client's tool), then answer."""
+    called = [c["function"]["name"] for m in body["messages"] for c in m.get("tool_calls") or []]
+    if "read_skill" not in called:
+        return Reply(tool_calls=(ToolCall("read_skill", {"name": "titration"}),))
+    if "measure" not in called:
+        return Reply(tool_calls=(ToolCall("measure", {"step": 1}),))
+    return Reply(content="done")
+
+
+def _skill_calls(body: dict[str, Any]) -> list[str]:
+    return [
+        c["id"] for m in body["messages"] for c in m.get("tool_calls") or [] if c["function"]["name"] == "read_skill"
+    ]
+
+
+async def test_proxy_steps_of_identical_first_requests_stay_with_their_runs(
+    start_proxy: Callable[..., Any], provider: Any, store_url: str | None, tmp_path: Any
+) -> None:
+    skills = tmp_path / "skills" / "titration"
+    skills.mkdir(parents=True)
+    (skills / "SKILL.md").write_text("---\nname: titration\ndescription: Titrate.\n---\nAdd base dropwise.\n")
+    provider.script(_skill_script)
+    proxy = start_proxy(store_url=store_url, contributor_options={"skills": {"folder": str(skills.parent)}})
+    client = proxy.async_client()
+    try:
+        firsts = [await client.chat.completions.create(model="test-model", messages=OPENING, tools=TOOLS) for _ in "ab"]
+        for first, run in zip(firsts, "ab", strict=True):
+            message = first.choices[0].message
+            (call,) = message.tool_calls or []
+            messages = [*OPENING, message.model_dump(exclude_none=True)]
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": _result(run, 1)})
+            await client.chat.completions.create(model="test-model", messages=messages, tools=TOOLS)
+    finally:
+        await client.close()
+
+    a_skill, a_measure, b_first, b_measure, a_second, b_second = provider.history
+    # The second identical request does not replay the first one's read_skill step: it reads the skill itself.
+    assert _skill_calls(b_first) == [] and _skill_calls(b_measure) == ["call_3_0"]
+    assert _skill_calls(a_skill) == [] and _skill_calls(a_measure) == ["call_1_0"]
+    # Each run's next turn has its own proxy step back in place, and only that one.
+    assert _skill_calls(a_second) == ["call_1_0"]
+    assert _skill_calls(b_second) == ["call_3_0"]
