@@ -65,6 +65,8 @@ class ScriptedProvider:
         self.context_window = context_window
         self.chunk_delay = chunk_delay  # seconds between stream chunks, to let a test disconnect mid-stream
         self.latency = latency  # seconds before every answer, like a real model's time to respond
+        self.most_concurrent = 0  # the most requests ever waiting out ``latency`` at once
+        self._waiting = 0
         self.history: list[dict[str, Any]] = []
         self.streams_finished = 0
         self.streams_abandoned = 0  # the caller went away before the last chunk
@@ -90,7 +92,7 @@ class ScriptedProvider:
             self.history.append(body)
             number = len(self.history)
         if self.latency:
-            await asyncio.sleep(self.latency)  # asleep, not blocking: concurrent requests overlap as at a provider
+            await self._respond_later()
         prompt_tokens = estimate_prompt_tokens(body)
         if self.context_window is not None and prompt_tokens > self.context_window:
             return JSONResponse(_overflow_body(self.context_window, prompt_tokens), status_code=400)
@@ -123,6 +125,17 @@ class ScriptedProvider:
                 "usage": usage,
             }
         )
+
+    async def _respond_later(self) -> None:
+        # Asleep, not blocking: concurrent requests overlap as at a provider, and the overlap is counted.
+        with self._lock:
+            self._waiting += 1
+            self.most_concurrent = max(self.most_concurrent, self._waiting)
+        try:
+            await asyncio.sleep(self.latency)
+        finally:
+            with self._lock:
+                self._waiting -= 1
 
     async def _sse(self, chunks: Iterator[dict[str, Any]]) -> AsyncIterator[str]:
         finished = False

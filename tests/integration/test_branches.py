@@ -18,14 +18,16 @@ from typing import Any
 import asyncpg
 import pytest
 
+from proxy.canonical import chain_hashes
 from proxy.config import ModelRoute
+from proxy.demo.science import is_summary_request
 from proxy.demo.scripted_provider import Reply, ToolCall
 from proxy.identity import identify
 from proxy.session import open_store
 
 RUNS = 10
 STEPS = 8  # model calls per run: seven tool steps, then the answer
-LATENCY = 0.3
+LATENCY = 0.5
 PG_DSN = os.environ.get("CONTEXT_PROXY_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 TOOLS = [
     {
@@ -114,6 +116,8 @@ async def test_runs_with_one_opening_run_in_parallel_each_with_its_own_history(
         await client.close()
 
     assert len(alone) == 2 + 2 * (STEPS - 1) + 1
+    # The runs overlapped at the provider (one session lock would have let one call through at a time)...
+    assert provider.provider.most_concurrent >= RUNS // 2
     # Only the identical first requests take turns; from the first tool result on the runs overlap.
     assert ten_runs < 3 * one_run, f"{RUNS} runs took {ten_runs:.2f}s, one run {one_run:.2f}s"
     assert len(provider.history) == STEPS * (RUNS + 1)
@@ -157,20 +161,30 @@ async def test_identical_requests_sent_together_take_turns_and_store_one_copy(
             *(client.chat.completions.create(model="test-model", messages=messages) for _ in range(2))
         )
         both = time.perf_counter() - started
+        identical_overlap, provider.provider.most_concurrent = provider.provider.most_concurrent, 0
+        others = [
+            [*messages, {"role": "assistant", "content": "ok"}, {"role": "user", "content": f"now {n}"}]
+            for n in range(2)
+        ]
+        await asyncio.gather(*(client.chat.completions.create(model="test-model", messages=m) for m in others))
     finally:
         await client.close()
 
     assert [a.choices[0].message.content for a in answers] == ["ok", "ok"]
-    assert both >= 2 * LATENCY  # the second waited for the first: one branch, one turn at a time
+    # The second waited for the first (one branch, one turn at a time)...
+    assert identical_overlap == 1 and both >= 2 * LATENCY
+    # ...while two different continuations of that history are served at the same time.
+    assert provider.provider.most_concurrent == 2
     store = open_store(store_url, proxy.settings.data_dir, 5.0)
     await store.open()
     try:
         context_id = identify({}, {"messages": messages}).context_id
         info = await store.session(context_id)
-        assert info is not None and info.turns == 2
-        transcript = await store.transcript(context_id, info.head_hash)
+        transcript = await store.transcript(context_id, chain_hashes(messages)[-1])
     finally:
         await store.close()
+    assert info is not None and info.turns == 4
+    # Both identical requests succeeded and the store holds their history once.
     assert [m.message["content"] for m in transcript] == [m["content"] for m in messages]
     assert [m.position for m in transcript] == [0, 1, 2, 3]
 
@@ -271,3 +285,39 @@ async def test_proxy_steps_of_identical_first_requests_stay_with_their_runs(
     # Each run's next turn has its own proxy step back in place, and only that one.
     assert _skill_calls(a_second) == ["call_1_0"]
     assert _skill_calls(b_second) == ["call_3_0"]
+
+
+def _long_run(tag: str, steps: int) -> list[dict[str, Any]]:
+    """Finished steps whose reasoning (assistant text, never previewed) outgrows the window: only a summary helps."""
+    messages = [dict(m) for m in OPENING]
+    for i in range(steps):
+        call_id = f"{tag}{i}"
+        step = _step(call_id, _body(f"{tag}r", 150))
+        step[0]["content"] = _body(f"{tag}think", 250)
+        messages += step
+    return messages
+
+
+async def test_summarizer_back_off_of_one_run_does_not_hold_back_another(
+    start_proxy: Callable[..., Any], provider: Any, store_url: str | None
+) -> None:
+    def script(body: dict[str, Any]) -> Reply:
+        if is_summary_request(body):
+            return Reply(error_status=500, error_body={"error": {"message": "summarizer down", "type": "server_error"}})
+        return Reply(content="ok")
+
+    provider.script(script)
+    proxy = start_proxy(store_url=store_url, models=(_route(provider.url),), trace_enabled=True)
+    client = proxy.async_client()
+    run_a, run_b = _long_run("a", 8), _long_run("b", 8)
+    try:
+        for messages in (run_a, [*run_a, {"role": "user", "content": "go on"}], run_b):
+            await client.chat.completions.create(model="test-model", messages=messages, tools=TOOLS)
+    finally:
+        await client.close()
+
+    folder = proxy.settings.data_dir / "context-traces" / identify({}, {"messages": OPENING}).context_id
+    a_first, a_next, b_first = (json.loads((folder / f"turn-{n:04d}.json").read_text()) for n in (1, 2, 3))
+    assert a_first["summarizerCalls"] and "summaryBackoff" not in a_first  # it tried, and the summary failed
+    assert "summaryBackoff" in a_next and not a_next["summarizerCalls"]  # so run A waits before trying again
+    assert b_first["summarizerCalls"] and "summaryBackoff" not in b_first  # run B is not held back by A's failure
