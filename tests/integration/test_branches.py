@@ -59,7 +59,8 @@ async def store_url(request: pytest.FixtureRequest) -> AsyncIterator[str | None]
         pytest.skip(f"PostgreSQL at {PG_DSN} is not reachable ({exc})")
     schema = f"test_branches_{uuid.uuid4().hex[:12]}"
     try:
-        yield f"{PG_DSN}?schema={schema}"
+        # Small pools: the server is shared with other test runs; ten branches need ten lock connections.
+        yield f"{PG_DSN}?schema={schema}&pool_size=4&lock_connections={RUNS + 2}"
     finally:
         await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         await conn.close()
