@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import asyncpg
+import openai
 import pytest
 
 from proxy.canonical import chain_hashes
@@ -322,3 +323,30 @@ async def test_summarizer_back_off_of_one_run_does_not_hold_back_another(
     assert a_first["summarizerCalls"] and "summaryBackoff" not in a_first  # it tried, and the summary failed
     assert "summaryBackoff" in a_next and not a_next["summarizerCalls"]  # so run A waits before trying again
     assert b_first["summarizerCalls"] and "summaryBackoff" not in b_first  # run B is not held back by A's failure
+
+
+async def test_the_same_history_twice_is_still_a_conflict_a_different_one_is_not(
+    start_proxy: Callable[..., Any], provider: Any, store_url: str | None
+) -> None:
+    provider.script(lambda body: Reply(content="ok"))
+    provider.provider.latency = 2.5
+    proxy = start_proxy(store_url=store_url, session_lock_seconds=1)
+    client = proxy.async_client()
+    other = [*OPENING, {"role": "assistant", "content": "Which?"}, {"role": "user", "content": "The pH meter"}]
+    try:
+        first = asyncio.create_task(client.chat.completions.create(model="test-model", messages=OPENING))
+        while not provider.history:  # the first holds its branch's lock once its call reached the provider
+            await asyncio.sleep(0.02)
+        same, different = await asyncio.gather(
+            client.chat.completions.with_raw_response.create(model="test-model", messages=OPENING),
+            client.chat.completions.create(model="test-model", messages=other),
+            return_exceptions=True,
+        )
+        await first
+    finally:
+        await client.close()
+
+    assert isinstance(same, openai.ConflictError) and same.status_code == 409
+    assert same.body["code"] == "session_busy"
+    assert not isinstance(different, BaseException) and different.choices[0].message.content == "ok"
+    assert len(provider.history) == 2  # the refused request never reached the provider
