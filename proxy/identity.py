@@ -3,6 +3,8 @@
 Clients never have to change their code, so the id comes from whatever they already send: an explicit
 session header, a vendor's session header or body field, else a fingerprint of how the conversation
 starts (its first system and first user message), which stays the same while the history grows.
+Runs that start identically share a fingerprint; they are separate branches of that session, each
+with its own lock, state and trace chain (see ``proxy/runtime/branch.py``).
 """
 
 from __future__ import annotations

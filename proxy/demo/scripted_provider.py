@@ -63,10 +63,15 @@ def estimate_prompt_tokens(body: dict[str, Any]) -> int:
 class ScriptedProvider:
     """The provider's behaviour: a script, an optional context window, and the record of requests."""
 
-    def __init__(self, script: Script, *, context_window: int | None = None, chunk_delay: float = 0.0) -> None:
+    def __init__(
+        self, script: Script, *, context_window: int | None = None, chunk_delay: float = 0.0, latency: float = 0.0
+    ) -> None:
         self.script = script
         self.context_window = context_window
         self.chunk_delay = chunk_delay  # seconds between stream chunks, to let a test disconnect mid-stream
+        self.latency = latency  # seconds before every answer, like a real model's time to respond
+        self.most_concurrent = 0  # the most requests ever waiting out ``latency`` at once
+        self._waiting = 0
         self.history: list[dict[str, Any]] = []
         self.streams_finished = 0
         self.streams_abandoned = 0  # the caller went away before the last chunk
@@ -91,6 +96,8 @@ class ScriptedProvider:
         with self._lock:
             self.history.append(body)
             number = len(self.history)
+        if self.latency:
+            await self._respond_later()
         prompt_tokens = estimate_prompt_tokens(body)
         if self.context_window is not None and prompt_tokens > self.context_window:
             return JSONResponse(_overflow_body(self.context_window, prompt_tokens), status_code=400)
@@ -123,6 +130,17 @@ class ScriptedProvider:
                 "usage": usage,
             }
         )
+
+    async def _respond_later(self) -> None:
+        # Asleep, not blocking: concurrent requests overlap as at a provider, and the overlap is counted.
+        with self._lock:
+            self._waiting += 1
+            self.most_concurrent = max(self.most_concurrent, self._waiting)
+        try:
+            await asyncio.sleep(self.latency)
+        finally:
+            with self._lock:
+                self._waiting -= 1
 
     async def _sse(self, chunks: Iterator[dict[str, Any]], break_after: int | None = None) -> AsyncIterator[str]:
         finished = False

@@ -1,7 +1,8 @@
-"""One client request, end to end: lock the session, reconcile, assemble, call the provider, trace.
+"""One client request, end to end: lock the branch, reconcile, assemble, call the provider, trace.
 
-The session's turn lock is held until the answer is complete, for a stream until its last chunk, so
-two requests of one session never interleave their store updates.
+The turn lock of the request's branch (its history's head, see ``proxy/runtime/branch.py``) is held
+until the answer is complete, for a stream until its last chunk, so two requests with the same
+history never interleave their store updates, while runs that only open alike proceed in parallel.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from proxy.config import Mode, ModelRoute, Settings
 from proxy.errors import ContextOverflow, ProxyError, SessionConflict
 from proxy.identity import SessionIdentity
 from proxy.runtime.assembly import Assembler, Candidate, TurnRequest
+from proxy.runtime.branch import BranchTurn, branch_of, first_branch_turn, next_branch_turn
 from proxy.runtime.limits import ModelLimits, ModelMapLookup, resolve_limits
 from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.stream_buffer import accumulate, synthesize
 from proxy.runtime.trace import TraceWriter, redact_llm_input
-from proxy.session.store import SessionBusy, SessionStore
+from proxy.session.reconcile import ChainMemo
+from proxy.session.store import Reconciliation, SessionBusy, SessionStore
 
 
 @dataclass
@@ -75,6 +78,9 @@ class ProxyStepRunner(Protocol):
         """Run ``calls`` (made in ``message`` by a model that saw ``visible``); store the step after the
         request's last message."""
 
+    async def link_proxy_steps(self, request: TurnRequest, answer: dict[str, Any] | None) -> None:
+        """Attach the request's steps to the branch continuing with ``answer`` (``None``: relayed live)."""
+
 
 class TurnRunner:
     """Runs turns against one store, one assembler and one provider backend."""
@@ -97,6 +103,7 @@ class TurnRunner:
         self.steps = steps
         self._model_map = model_map
         self._limits: dict[str, ModelLimits] = {}
+        self._branch_hashes = ChainMemo()
 
     def limits_for(self, route: ModelRoute) -> ModelLimits:
         """The route's limits, resolved once, then corrected by what providers state in overflow errors."""
@@ -124,8 +131,9 @@ class TurnRunner:
         stream then owns it and releases it when it ends, fails or is closed (``_LiveStream``).
         """
         stack = AsyncExitStack()
+        branch = branch_of(self._branch_hashes, identity.context_id, body["messages"])
         try:
-            await stack.enter_async_context(self.store.turn_lock(identity.context_id))
+            await stack.enter_async_context(self.store.turn_lock(identity.context_id, branch))
         except SessionBusy as exc:
             raise SessionConflict(str(exc)) from exc
         handed_over = False
@@ -148,22 +156,49 @@ class TurnRunner:
     ) -> TurnResult:
         reconciliation = await self.store.reconcile(identity.context_id, identity.scope, body["messages"])
         turn = await self.store.next_turn(identity.context_id)
-        request = TurnRequest(identity, mode, route, self.limits_for(route), body, headers, reconciliation, turn)
+        limits = self.limits_for(route)
+        branch = await self._first_branch_turn(reconciliation)
+        request = TurnRequest(identity, mode, route, limits, body, headers, reconciliation, turn, branch=branch)
         result = TurnResult(identity=identity, mode=mode)
         rounds = 0
         while True:
             answer = await self._call(request, stack)
             calls = answer.proxy_calls()
             if not calls:
-                return _deliver(result, answer)
+                return await self._deliver_after_rounds(result, answer, request, rounds)
             if rounds >= self.settings.max_tool_rounds:
-                return _deliver(result, _without_proxy_calls(answer, self.settings.max_tool_rounds))
+                answer = _without_proxy_calls(answer, self.settings.max_tool_rounds)
+                return await self._deliver_after_rounds(result, answer, request, rounds)
             rounds += 1
             if self.steps is None:  # proxy tools are only offered by an assembler that also runs them
                 return _deliver(result, _without_proxy_calls(answer, rounds))
             await self.steps.run_proxy_step(request, answer.message, calls, answer.visible_history)
             # Each proxy-owned round is a model call of its own: its own turn number and trace file.
-            request = replace(request, turn=await self.store.next_turn(identity.context_id))
+            request = replace(
+                request,
+                turn=await self.store.next_turn(identity.context_id),
+                branch=await self._next_branch_turn(request),
+            )
+
+    async def _deliver_after_rounds(
+        self, result: TurnResult, answer: _Answer, request: TurnRequest, rounds: int
+    ) -> TurnResult:
+        """The answer, once the proxy steps taken for it are linked to it (later turns of its branch see them)."""
+        if rounds and self.steps is not None:
+            await self.steps.link_proxy_steps(request, answer.message if answer.live is None else None)
+        return _deliver(result, answer)
+
+    async def _first_branch_turn(self, reconciliation: Reconciliation) -> BranchTurn | None:
+        """This request's place on its branch, for the trace (not counted when traces are off)."""
+        if self.traces is None:
+            return None
+        return await first_branch_turn(self.store, reconciliation.context_id, reconciliation.chain_hashes)
+
+    async def _next_branch_turn(self, request: TurnRequest) -> BranchTurn | None:
+        if request.branch is None:
+            return None
+        head = request.reconciliation.head_hash
+        return await next_branch_turn(self.store, request.identity.context_id, head, request.branch)
 
     async def _call(self, request: TurnRequest, stack: AsyncExitStack) -> _Answer:
         """One model call; after a normalized overflow in dynamic mode, one forced retry."""
@@ -353,6 +388,7 @@ def _trace_record(request: TurnRequest, candidate: Candidate | None, llm_input: 
             "knownMessages": request.reconciliation.known_count,
             "newMessages": len(request.reconciliation.new_messages),
             "forked": request.reconciliation.forked,
+            **({"branch": request.branch.record()} if request.branch is not None else {}),
         },
         "contributors": stages.pop("contributors", []),
         "collection": stages.pop("collection", None),

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.canonical import GENESIS, chain_hashes, content_text, message_digest
-from proxy.session.store import StoredMessage, tool_output_ref
+from proxy.session.store import BranchState, StoredMessage, tool_output_ref
 
 
 def json_text(value: Any) -> str:
@@ -125,6 +125,14 @@ def _common_messages(old: bytes, new: bytes) -> int:
             break
         count += 1
     return count
+
+
+def nearest_state(chain_hashes: Sequence[str], found: Mapping[str, Any]) -> BranchState | None:
+    """Of the values ``found`` by prefix, the one at the latest prefix of ``chain_hashes`` (the nearest ancestor)."""
+    for chain_hash in reversed(chain_hashes):
+        if chain_hash in found:
+            return BranchState(chain_hash, found[chain_hash])
+    return None
 
 
 def known_count(hashes: Sequence[str], stored: Collection[str]) -> int:

@@ -27,6 +27,7 @@ from proxy.session.sqlite_files import ProcessLock, private_database, private_fo
 from proxy.session.sqlite_schema import migrate
 from proxy.session.store import (
     SECRET_BYTES,
+    BranchState,
     Reconciliation,
     SessionInfo,
     SkillRef,
@@ -189,9 +190,9 @@ class SqliteSessionStore:
             raise StoreError("the session store is not open")
         return self._reader
 
-    def turn_lock(self, context_id: str) -> AbstractAsyncContextManager[None]:
-        """Serialize the turns of one session in this process; ``SessionBusy`` after the wait."""
-        return self._locks.hold(context_id, self.lock_timeout_seconds)
+    def turn_lock(self, context_id: str, branch: str = "") -> AbstractAsyncContextManager[None]:
+        """Serialize the turns of one branch of a session in this process; ``SessionBusy`` after the wait."""
+        return self._locks.hold(context_id, self.lock_timeout_seconds, branch)
 
     async def reconcile(self, context_id: str, scope: str, messages: Sequence[Mapping[str, Any]]) -> Reconciliation:
         """Store the request's new suffix and tool bodies in one transaction; say where it continues."""
@@ -373,6 +374,19 @@ class SqliteSessionStore:
             ).fetchone()
         )
         return None if row is None else rc.load_json(row[0])
+
+    async def state_along(self, context_id: str, chain_hashes: Sequence[str], channel: str) -> BranchState | None:
+        """The channel's value at the last of ``chain_hashes`` that has one, or ``None``."""
+        if not chain_hashes:
+            return None
+        rows = await self._r().run(
+            lambda conn: conn.execute(
+                "SELECT chain_hash, value FROM state_channels"
+                " WHERE context_id = ? AND channel = ? AND chain_hash IN (SELECT value FROM json_each(?))",
+                (context_id, channel, rc.json_text(list(chain_hashes))),
+            ).fetchall()
+        )
+        return rc.nearest_state(chain_hashes, {chash: rc.load_json(value) for chash, value in rows})
 
     async def put_skill_ref(self, context_id: str, ref: SkillRef) -> None:
         """Record a skill read; the same (name, revision, chain hash) twice is one record."""

@@ -53,6 +53,8 @@ def provider(_provider_server: tuple[ScriptedProvider, str]) -> ProviderHandle:
     scripted.script = lambda body: Reply(content="ok")
     scripted.context_window = None
     scripted.chunk_delay = 0.0
+    scripted.latency = 0.0
+    scripted.most_concurrent = 0
     scripted.streams_finished = scripted.streams_abandoned = 0
     return ProviderHandle(scripted, url)
 

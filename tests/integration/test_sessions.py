@@ -43,6 +43,8 @@ def test_session_survives_a_restart(start_proxy, provider):
         "knownMessages": 2,
         "newMessages": 2,
         "forked": False,
+        # the second model call on this branch, after the first (whose head was the opening)
+        "branch": {"turn": 2, "parentHeadHash": _trace(second.settings.data_dir, "run-42", 1)["session"]["headHash"]},
     }
 
 

@@ -447,6 +447,53 @@ async def test_two_replicas_serialize_the_same_session(backend: Any) -> None:
     assert "start cancelled" not in log
 
 
+async def test_turn_locks_are_per_branch_of_a_session(backend: Any) -> None:
+    from proxy.session.store import SessionBusy
+
+    store = await backend.open(lock_timeout_seconds=0.3)
+    replica = await backend.open(lock_timeout_seconds=0.3)
+    async with store.turn_lock("s", "head-a"):
+        # Another branch of the same session (another run with the same opening) is not blocked...
+        async with asyncio.timeout(1.0), store.turn_lock("s", "head-b"):
+            pass
+        # ...but the same branch is, here and (on PostgreSQL) on a replica sharing the database.
+        with pytest.raises(SessionBusy):
+            async with store.turn_lock("s", "head-a"):
+                pytest.fail("one branch was held twice")
+        if backend.name == "postgres":
+            with pytest.raises(SessionBusy):
+                async with replica.turn_lock("s", "head-a"):
+                    pytest.fail("two replicas held one branch")
+            async with asyncio.timeout(1.0), replica.turn_lock("s", "head-b"):
+                pass
+        # The branchless lock of earlier releases is a branch of its own.
+        async with asyncio.timeout(1.0), store.turn_lock("s"):
+            pass
+    async with store.turn_lock("s", "head-a"):
+        pass
+
+
+async def test_state_along_reads_the_nearest_prefix_of_the_requests_own_chain(store: SessionStore) -> None:
+    opening = [system(), user("calibrate")]
+    run_a = [*opening, assistant("a1"), user("a2")]
+    run_b = [*opening, assistant("b1"), user("b2")]
+    a = (await store.reconcile("s", "main", run_a)).chain_hashes
+    b = (await store.reconcile("s", "main", run_b)).chain_hashes
+    await store.put_state("s", a[1], "previews", ["shared"])
+    await store.put_state("s", a[3], "previews", ["a only"])
+    await store.put_state("s", b[2], "other", 1)
+
+    found = await store.state_along("s", a, "previews")
+    assert found is not None and (found.chain_hash, found.value) == (a[3], ["a only"])
+    found = await store.state_along("s", b, "previews")  # b never sees a's head, only the shared opening
+    assert found is not None and (found.chain_hash, found.value) == (b[1], ["shared"])
+    found = await store.state_along("s", a[:2], "previews")  # a rewind sees the state as of its point
+    assert found is not None and found.value == ["shared"]
+    assert await store.state_along("s", a, "other") is None
+    assert await store.state_along("t", a, "previews") is None
+    assert await store.state_along("s", [], "previews") is None
+
+
 # --- restart and migrations -----------------------------------------------------------------------
 
 
