@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from proxy.client_params import check_client_params
 from proxy.config import Mode, Settings
 from proxy.errors import AuthenticationFailed, InvalidRequest, ModelNotFound, ProxyError, RequestTooLarge
 from proxy.identity import identify
@@ -77,6 +78,7 @@ def create_app(
             raise ModelNotFound(
                 f"The model {chat.model!r} does not exist or you do not have access to it.", param="model"
             )
+        check_client_params(body, route.allowed_client_params)
         identity = identify(request.headers, body)
         if services.runner is None:
             raise ProxyError("The proxy is still starting.", status=503, code="starting")

@@ -1,7 +1,8 @@
 """The OpenAI chat-completions request as the proxy accepts it (pydantic).
 
-Validation only: the proxy forwards the client's own JSON, so fields it does not model (provider
-extensions, new OpenAI parameters) pass through untouched rather than being dropped by a re-dump.
+Validation only: the proxy forwards the client's own JSON, so the OpenAI fields it does not model pass
+through untouched rather than being re-dumped; which top-level fields may reach the provider at all is
+decided by ``proxy.client_params``.
 Cross-message rules that a provider would reject (orphan tool results, tool calls left without their
 results) are checked here so a bad request fails before anything is stored.
 """
@@ -130,7 +131,7 @@ Message = Annotated[
 
 
 class ChatCompletionRequest(BaseModel):
-    """``POST /v1/chat/completions``. Unknown fields are kept and forwarded to the provider."""
+    """``POST /v1/chat/completions``. Fields not modelled here are kept for ``proxy.client_params``."""
 
     model_config = _Open
     model: str = Field(min_length=1)

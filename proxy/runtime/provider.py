@@ -48,9 +48,15 @@ class LiteLLMBackend:
         return info.get("max_input_tokens"), info.get("max_output_tokens")
 
     def _arguments(self, llm_input: dict[str, Any]) -> dict[str, Any]:
-        # Retries belong to the client (the SDKs retry on their own); a proxy that also retries
-        # multiplies every provider outage by both retry budgets.
-        return {"timeout": self._timeout, "max_retries": 0, **llm_input}
+        # Applied last, whatever the input says. Retries belong to the client (the SDKs retry on their
+        # own); a proxy that also retries multiplies every provider outage by both retry budgets. A
+        # route's own ``timeout`` (operator config) is kept; clients cannot send one (client_params).
+        return {
+            **llm_input,
+            "timeout": llm_input.get("timeout", self._timeout),
+            "max_retries": 0,
+            "num_retries": 0,
+        }
 
     async def complete(self, llm_input: dict[str, Any]) -> dict[str, Any]:
         """Call the provider once and return its answer as an OpenAI response dict."""

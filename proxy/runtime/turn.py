@@ -13,6 +13,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from proxy.client_params import client_arguments, with_route
 from proxy.config import Mode, ModelRoute, Settings
 from proxy.errors import ContextOverflow, ProxyError, SessionConflict
 from proxy.identity import SessionIdentity
@@ -295,11 +296,11 @@ def _without_proxy_calls(answer: _Answer, rounds: int) -> _Answer:
 
 
 def build_llm_input(body: dict[str, Any], route: ModelRoute, candidate: Candidate | None) -> dict[str, Any]:
-    """The keyword arguments for ``litellm.acompletion``: the client's request, routed, with the assembled
-    messages and tools when a candidate is sent. Empty tool lists are omitted (OpenAI rejects ``tools: []``).
+    """The keyword arguments for ``litellm.acompletion``: the client's allow-listed fields (see
+    ``proxy.client_params``), the assembled messages and tools when a candidate is sent, and the route's
+    ``litellm_params`` last. Empty tool lists are omitted (OpenAI rejects ``tools: []``).
     """
-    llm_input = {key: value for key, value in body.items() if key != "model"}
-    llm_input.update(route.litellm_params)
+    llm_input = client_arguments(body, route.allowed_client_params)
     if candidate is not None:
         llm_input["messages"] = candidate.messages
         if candidate.tools:
@@ -308,7 +309,7 @@ def build_llm_input(body: dict[str, Any], route: ModelRoute, candidate: Candidat
             llm_input.pop("tools", None)
             llm_input.pop("tool_choice", None)
             llm_input.pop("parallel_tool_calls", None)
-    return llm_input
+    return with_route(llm_input, route.litellm_params)
 
 
 def _trace_record(request: TurnRequest, candidate: Candidate | None, llm_input: dict[str, Any]) -> dict[str, Any]:
