@@ -11,6 +11,7 @@ import jsonschema
 import openai
 import pytest
 
+from proxy.demo.science import is_summary_request
 from proxy.demo.scripted_provider import Reply
 
 SCHEMAS = json.loads((Path(__file__).parents[1] / "data" / "openai-chat-schemas.json").read_text())
@@ -27,12 +28,27 @@ OVERFLOW = {
 }
 
 
-def _post(url: str, **extra: Any) -> httpx.Response:
+# About 9,700 estimated tokens over ten turns (compaction can drop the old ones): more than the 8,192
+# OVERFLOW states, well inside the route's 16,000.
+LARGE = [
+    MESSAGES[0],
+    *(
+        message
+        for turn in range(10)
+        for message in (
+            {"role": "assistant", "content": f"Notes on spectrum {turn}: " + "peak " * 540},
+            {"role": "user", "content": f"Go on with spectrum {turn + 1}."},
+        )
+    ),
+]
+
+
+def _post(url: str, session: str = "faults", **extra: Any) -> httpx.Response:
     with httpx.Client(base_url=url, timeout=30) as http:
         return http.post(
             "/v1/chat/completions",
             json={"model": "test-model", "messages": MESSAGES, **extra},
-            headers={"x-session-id": "faults"},
+            headers={"x-session-id": session},
         )
 
 
@@ -102,10 +118,10 @@ def test_overflow_outside_dynamic_is_surfaced_without_retry(start_proxy, provide
 def test_overflow_then_success_retries_exactly_once_in_dynamic(start_proxy, provider):
     proxy = start_proxy(mode="dynamic", trace_enabled=True)
     provider.script(_overflow_first(1))
-    response = _post(proxy.url)
+    response = _post(proxy.url, messages=LARGE)  # a believable overflow of 8,192
     assert response.status_code == 200, response.text
     assert response.json()["choices"][0]["message"]["content"] == "fits now"
-    assert len(provider.history) == 2
+    assert len([body for body in provider.history if not is_summary_request(body)]) == 2  # the forced pass summarizes
     folder = proxy.settings.data_dir / "context-traces" / "faults"
     first = json.loads((folder / "turn-0001.json").read_text())
     retry = json.loads((folder / "turn-0001-recovery-1.json").read_text())
@@ -133,3 +149,47 @@ def test_streamed_overflow_is_retried_before_the_stream_starts(start_proxy, prov
     stream = proxy.client().chat.completions.create(model="test-model", messages=MESSAGES, stream=True)
     assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == "fits now"
     assert len(provider.history) == 2
+
+
+def _overflow_stating(limit: int, first_of: int = 1):
+    body = {"error": {**OVERFLOW["error"], "message": f"This model's maximum context length is {limit} tokens."}}
+    calls = {"n": 0}
+
+    def script(request: dict[str, Any]) -> Reply:
+        calls["n"] += 1
+        return Reply(error_status=400, error_body=body) if calls["n"] <= first_of else Reply(content="fits now")
+
+    return script
+
+
+def _budgets(proxy, session: str) -> dict[str, Any]:
+    folder = proxy.settings.data_dir / "context-traces" / session
+    return json.loads(sorted(folder.glob("turn-*.json"))[-1].read_text())["budgets"]
+
+
+def test_an_overflow_the_request_could_not_cause_teaches_no_limit(start_proxy, provider):
+    proxy = start_proxy(mode="dynamic", trace_enabled=True)
+    # A tiny window, stated after a request of a few hundred tokens: even the floor (4,000) would have
+    # fit that request, so the statement is not about it.
+    provider.script(_overflow_stating(64))
+    assert _post(proxy.url, session="victim-0").status_code == 200
+    assert _post(proxy.url, session="other").status_code == 200
+    budgets = _budgets(proxy, "other")
+    assert (budgets["modelMaxTokens"], budgets["source"]) == (16_000, "config")
+
+
+def test_a_believable_overflow_is_learned_for_the_route_above_the_floor(start_proxy, provider):
+    proxy = start_proxy(mode="dynamic", trace_enabled=True)
+    provider.script(_overflow_stating(8192))
+    assert _post(proxy.url, session="big", messages=LARGE).status_code == 200
+    assert _post(proxy.url, session="other").status_code == 200
+    assert _budgets(proxy, "other") == {**_budgets(proxy, "other"), "modelMaxTokens": 8192, "source": "provider_error"}
+
+
+def test_a_believable_overflow_stating_a_tiny_window_is_learned_at_the_floor(start_proxy, provider):
+    proxy = start_proxy(mode="dynamic", trace_enabled=True)
+    provider.script(_overflow_stating(100))  # consistent with the request, but below the floor
+    assert _post(proxy.url, session="big-2", messages=LARGE).status_code == 200
+    assert _post(proxy.url, session="other-2").status_code == 200
+    budgets = _budgets(proxy, "other-2")
+    assert (budgets["modelMaxTokens"], budgets["source"]) == (4000, "provider_error")  # max(1,024, 16,000 / 4)
