@@ -27,7 +27,7 @@ from proxy.errors import InvalidRequest
 
 _Open = ConfigDict(extra="allow")
 # A JSON number (never a string or a bool), finite.
-_Number = Annotated[StrictInt | StrictFloat, Field(allow_inf_nan=False)]
+_Number = Annotated[StrictFloat, Field(allow_inf_nan=False)]  # strict floats take ints too
 
 
 class TextPart(BaseModel):
@@ -226,7 +226,7 @@ def parse_chat_request(body: Any) -> ChatCompletionRequest:
         # A union (string or parts, int or float) reports every branch; the deepest error is the one
         # about what the client actually sent (a list's bad part, not "should be a valid string").
         errors = exc.errors(include_url=False)
-        error = max(reversed(errors), key=lambda e: len(e["loc"]))
+        error = max(errors, key=lambda e: len(e["loc"]))
         location = _location(error["loc"])
         raise InvalidRequest(f"Invalid request: {location}: {error['msg']}", param=location or None) from None
     check_tool_pairing(body["messages"])

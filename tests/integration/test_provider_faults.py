@@ -193,3 +193,85 @@ def test_a_believable_overflow_stating_a_tiny_window_is_learned_at_the_floor(sta
     assert _post(proxy.url, session="other-2").status_code == 200
     budgets = _budgets(proxy, "other-2")
     assert (budgets["modelMaxTokens"], budgets["source"]) == (4000, "provider_error")  # max(1,024, 16,000 / 4)
+
+
+NO_CHOICES = {"id": "chatcmpl-x", "object": "chat.completion", "created": 1, "model": "scripted", "choices": []}
+
+
+@pytest.mark.parametrize("mode", ["legacy", "dynamic"])
+def test_an_answer_without_choices_is_a_502_and_the_session_goes_on(start_proxy, provider, mode):
+    proxy = start_proxy(mode=mode)
+    provider.script(lambda body: Reply(body=NO_CHOICES))
+    response = _post(proxy.url)
+    assert response.status_code == 502, response.text
+    ERROR_SCHEMA.validate(response.json())
+    assert "without any choice" in response.json()["error"]["message"]
+    provider.script(lambda body: Reply(content="fine"))
+    assert _post(proxy.url).json()["choices"][0]["message"]["content"] == "fine"
+
+
+def test_an_answer_missing_choices_is_a_502(legacy_proxy, provider):
+    provider.script(lambda body: Reply(body={k: v for k, v in NO_CHOICES.items() if k != "choices"}))
+    response = _post(legacy_proxy.url)
+    assert response.status_code == 502
+    assert "choices" in response.json()["error"]["message"]
+
+
+def test_a_stream_without_any_content_is_a_502_before_the_first_byte(start_proxy, provider):
+    proxy = start_proxy(mode="dynamic")
+    provider.script(lambda body: Reply(body=[]))  # the provider sends only [DONE]
+    response = _post(proxy.url, stream=True)
+    assert response.status_code == 502, response.text
+    assert "stream ended without any choice content" in response.json()["error"]["message"]
+
+
+def test_a_stream_whose_last_chunk_only_carries_usage_is_relayed(legacy_proxy, provider):
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "scripted"}
+    events = [
+        {**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "hi"}, "finish_reason": None}]},
+        {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        {**chunk, "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}},
+    ]
+    provider.script(lambda body: Reply(body=events))
+    stream = legacy_proxy.client().chat.completions.create(
+        model="test-model", messages=MESSAGES, stream=True, stream_options={"include_usage": True}
+    )
+    chunks = list(stream)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "hi"
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None and chunks[-1].usage.total_tokens == 4
+
+
+@pytest.mark.parametrize("mode", ["legacy", "dynamic"])
+def test_an_answer_cut_mid_body_says_it_broke_off(start_proxy, provider, mode):
+    proxy = start_proxy(mode=mode)
+    whole = {**NO_CHOICES, "choices": [{"index": 0, "message": {"role": "assistant", "content": "x" * 200}}]}
+    provider.script(lambda body: Reply(body=whole, cut_after=60))
+    response = _post(proxy.url)
+    assert response.status_code == 502, response.text
+    error = response.json()["error"]
+    assert error["code"] == "provider_answer_incomplete"
+    assert "broke off mid-body" in error["message"]
+    assert "Could not reach" not in error["message"]
+    provider.script(lambda body: Reply(content="fine"))
+    assert _post(proxy.url).status_code == 200
+
+
+def test_a_client_mistake_the_provider_rejects_is_a_400_naming_it(legacy_proxy, provider):
+    rejection = {
+        "error": {
+            "message": "Invalid 'messages[0].content[0].image_url.url': expected a valid URL.",
+            "type": "invalid_request_error",
+            "param": "messages[0].content[0].image_url.url",
+            "code": "invalid_value",
+        }
+    }
+    provider.script(lambda body: Reply(error_status=400, error_body=rejection))
+    response = _post(legacy_proxy.url)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["type"], error["code"], error["param"]) == (
+        "invalid_request_error",
+        "invalid_value",
+        "messages[0].content[0].image_url.url",
+    )
+    assert "Could not reach" not in error["message"]
