@@ -169,7 +169,12 @@ class TurnRunner:
     ) -> _Answer:
         """Exactly one retry, after one forced pressure pass; a second overflow is surfaced, never looped."""
         self._limits.learn(request.route, overflow.limit, overflow.sent_tokens)
-        forced = replace(request, limits=self.limits_for(request.route), forced=True, stated_limit=overflow.limit)
+        limits = self.limits_for(request.route)
+        if overflow.limit is not None and overflow.limit < limits.model_max_tokens:
+            # This request's own retry takes the statement as it is (it can only hurt this request);
+            # what other requests keep of it is RouteLimits' decision above.
+            limits = limits.with_model_max(overflow.limit, source="provider_error")
+        forced = replace(request, limits=limits, forced=True, stated_limit=overflow.limit)
         try:
             return await self._attempt(forced, stack, recovery=1, reason=overflow.provider_message)
         except ContextOverflow as second:

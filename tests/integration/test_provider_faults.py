@@ -172,7 +172,7 @@ def test_an_overflow_the_request_could_not_cause_teaches_no_limit(start_proxy, p
     # A tiny window, stated after a request of a few hundred tokens: even the floor (4,000) would have
     # fit that request, so the statement is not about it.
     provider.script(_overflow_stating(64))
-    assert _post(proxy.url, session="victim-0").status_code == 200
+    assert _post(proxy.url, session="victim-0").status_code == 400  # its own retry believed 64: nothing fits
     assert _post(proxy.url, session="other").status_code == 200
     budgets = _budgets(proxy, "other")
     assert (budgets["modelMaxTokens"], budgets["source"]) == (16_000, "config")
@@ -189,7 +189,7 @@ def test_a_believable_overflow_is_learned_for_the_route_above_the_floor(start_pr
 def test_a_believable_overflow_stating_a_tiny_window_is_learned_at_the_floor(start_proxy, provider):
     proxy = start_proxy(mode="dynamic", trace_enabled=True)
     provider.script(_overflow_stating(100))  # consistent with the request, but below the floor
-    assert _post(proxy.url, session="big-2", messages=LARGE).status_code == 200
+    assert _post(proxy.url, session="big-2", messages=LARGE).status_code == 400  # nothing fits 100 for its retry
     assert _post(proxy.url, session="other-2").status_code == 200
     budgets = _budgets(proxy, "other-2")
     assert (budgets["modelMaxTokens"], budgets["source"]) == (4000, "provider_error")  # max(1,024, 16,000 / 4)
