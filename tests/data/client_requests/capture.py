@@ -1,4 +1,13 @@
-"""Capture what client libraries send by default: a tiny OpenAI-shaped server that records bodies."""
+"""Capture what client libraries send by default: a tiny OpenAI-shaped server that records bodies.
+
+Not a test: run it in a throw-away venv that has the libraries, and keep its output as the fixture
+``<library>-<version>.json`` beside it::
+
+    python3 -m venv /tmp/clients && /tmp/clients/bin/pip install langchain-openai openai-agents litellm
+    /tmp/clients/bin/python tests/data/client_requests/capture.py langchain   # or: agents, litellm
+
+tests/integration/test_client_params.py replays every captured body against the proxy.
+"""
 
 import asyncio
 import importlib.metadata as md
