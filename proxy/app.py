@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from proxy.client_params import check_client_params
 from proxy.config import Mode, Settings
 from proxy.context.nonce import SECRET_NAME
 from proxy.drain import Drain
@@ -104,6 +105,7 @@ def create_app(
             raise ModelNotFound(
                 f"The model {chat.model!r} does not exist or you do not have access to it.", param="model"
             )
+        check_client_params(body, route.allowed_client_params)
         identity = identify(request.headers, body)
         if services.runner is None:
             raise ProxyError("The proxy is still starting.", status=503, code="starting")

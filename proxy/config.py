@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from proxy.client_params import steering_reason
 
 Mode = Literal["dynamic", "shadow", "legacy"]
 MODES: tuple[Mode, ...] = ("dynamic", "shadow", "legacy")
@@ -46,6 +48,20 @@ class ModelEntry(BaseModel):
     model_name: str = Field(min_length=1)
     litellm_params: LitellmParams
     model_info: ModelInfo = Field(default_factory=ModelInfo)
+    # Top-level request fields beyond OpenAI's that clients may send on this route (vLLM's ``top_k``,
+    # ``chat_template_kwargs``); a sibling of litellm_params, because it is the route's policy towards
+    # clients, not a litellm argument nor a fact about the model.
+    allowed_client_params: list[str] = Field(default_factory=list)
+
+    @field_validator("allowed_client_params")
+    @classmethod
+    def _no_steering(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not name or not name.isidentifier():
+                raise ValueError(f"{name!r} is not a parameter name")
+            if (reason := steering_reason(name)) is not None:
+                raise ValueError(f"{name!r} cannot be allowed: {reason}")
+        return names
 
 
 class ConfigFile(BaseModel):
@@ -66,6 +82,7 @@ class ModelRoute:
     litellm_params: dict[str, Any]  # includes "model"; secrets already resolved
     max_input_tokens: int | None = None
     max_output_tokens: int | None = None
+    allowed_client_params: frozenset[str] = frozenset()  # request fields beyond OpenAI's, see client_params
 
     @property
     def litellm_model(self) -> str:
@@ -251,6 +268,7 @@ def _routes(config: ConfigFile, path: Path, env: Mapping[str, str]) -> tuple[Mod
                 litellm_params=params,
                 max_input_tokens=entry.model_info.max_input_tokens,
                 max_output_tokens=entry.model_info.max_output_tokens,
+                allowed_client_params=frozenset(entry.allowed_client_params),
             )
         )
     return tuple(routes)

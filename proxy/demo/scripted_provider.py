@@ -46,6 +46,11 @@ class Reply:
     error_body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     break_after: int | None = None  # a stream breaks off (connection cut) after this many chunks
+    # Faults of a provider that answers 200 with something that is not an answer: ``body`` is sent as
+    # the JSON answer (a stream request gets its items as SSE events, then [DONE]); ``cut_after`` closes
+    # the connection after that many bytes of the answer, mid-body.
+    body: Any = None
+    cut_after: int | None = None
 
 
 class BrokenStream(Exception):
@@ -104,6 +109,8 @@ class ScriptedProvider:
         reply = self.script(body)
         if reply.error_status is not None:
             return JSONResponse(reply.error_body, status_code=reply.error_status, headers=reply.headers)
+        if reply.body is not None:
+            return _raw_answer(reply.body, bool(body.get("stream")), reply.cut_after)
         completion_id = f"chatcmpl-scripted-{number}"
         message = _message(reply, number)
         completion_tokens = max(1, len(json.dumps(message)) // 4)
@@ -158,6 +165,25 @@ class ScriptedProvider:
                     self.streams_finished += 1
                 else:
                     self.streams_abandoned += 1
+
+
+def _raw_answer(answer: Any, stream: bool, cut_after: int | None) -> Response:
+    if stream:
+        items = answer if isinstance(answer, list) else [answer]
+        payload = "".join(f"data: {json.dumps(item)}\n\n" for item in items) + "data: [DONE]\n\n"
+        media_type = "text/event-stream"
+    else:
+        payload, media_type = json.dumps(answer), "application/json"
+    if cut_after is None:
+        return Response(payload, media_type=media_type)
+
+    async def cut() -> AsyncIterator[bytes]:
+        yield payload.encode()[:cut_after]
+        # Raising inside a chunked body makes the server drop the connection without its last chunk:
+        # the client sees a body that broke off, as when a provider's process dies mid-answer.
+        raise ConnectionAbortedError("scripted provider: answer cut mid-body")
+
+    return StreamingResponse(cut(), media_type=media_type)
 
 
 def _overflow_body(window: int, used: int) -> dict[str, Any]:

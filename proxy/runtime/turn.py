@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from proxy.client_params import client_arguments, with_route
 from proxy.config import Mode, ModelRoute, Settings
+from proxy.context.estimators import ConservativeTokenEstimator
 from proxy.errors import ContextOverflow, ProxyError, SessionConflict
 from proxy.identity import SessionIdentity
 from proxy.runtime.assembly import Assembler, Candidate, TurnRequest
 from proxy.runtime.branch import BranchTurn, branch_of, first_branch_turn, next_branch_turn
-from proxy.runtime.limits import ModelLimits, ModelMapLookup, resolve_limits
+from proxy.runtime.limits import ModelLimits, ModelMapLookup, RouteLimits
 from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.stream_buffer import accumulate, synthesize
 from proxy.runtime.trace import TraceWriter, redact_llm_input
@@ -94,6 +96,7 @@ class TurnRunner:
         traces: TraceWriter | None,
         model_map: ModelMapLookup,
         steps: ProxyStepRunner | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -101,21 +104,12 @@ class TurnRunner:
         self.backend = backend
         self.traces = traces
         self.steps = steps
-        self._model_map = model_map
-        self._limits: dict[str, ModelLimits] = {}
+        self._limits = RouteLimits(settings, model_map, clock)
         self._branch_hashes = ChainMemo()
 
     def limits_for(self, route: ModelRoute) -> ModelLimits:
-        """The route's limits, resolved once, then corrected by what providers state in overflow errors."""
-        limits = self._limits.get(route.model_name)
-        if limits is None:
-            limits = self._limits[route.model_name] = resolve_limits(self.settings, route, self._model_map)
-        return limits
-
-    def _remember_stated_limit(self, route: ModelRoute, stated: int | None) -> None:
-        limits = self.limits_for(route)
-        if stated is not None and stated < limits.model_max_tokens:
-            self._limits[route.model_name] = limits.with_model_max(stated, source="provider_error")
+        """The route's limits, corrected for a while by believable overflow errors (see ``RouteLimits``)."""
+        return self._limits.get(route)
 
     async def run(
         self,
@@ -213,8 +207,13 @@ class TurnRunner:
         self, request: TurnRequest, stack: AsyncExitStack, overflow: ContextOverflow
     ) -> _Answer:
         """Exactly one retry, after one forced pressure pass; a second overflow is surfaced, never looped."""
-        self._remember_stated_limit(request.route, overflow.limit)
-        forced = replace(request, limits=self.limits_for(request.route), forced=True, stated_limit=overflow.limit)
+        self._limits.learn(request.route, overflow.limit, overflow.sent_tokens)
+        limits = self.limits_for(request.route)
+        if overflow.limit is not None and overflow.limit < limits.model_max_tokens:
+            # This request's own retry takes the statement as it is (it can only hurt this request);
+            # what other requests keep of it is RouteLimits' decision above.
+            limits = limits.with_model_max(overflow.limit, source="provider_error")
+        forced = replace(request, limits=limits, forced=True, stated_limit=overflow.limit)
         try:
             return await self._attempt(forced, stack, recovery=1, reason=overflow.provider_message)
         except ContextOverflow as second:
@@ -250,6 +249,8 @@ class TurnRunner:
                 return answer  # its trace is written when the stream ends
         except ProxyError as exc:
             record["providerError"] = exc.body()["error"]
+            if isinstance(exc, ContextOverflow):
+                exc.sent_tokens = _estimated_size(llm_input, exc.counts_output)
             raise
         finally:
             record["providerMs"] = round((time.perf_counter() - started) * 1000, 3)
@@ -347,11 +348,11 @@ def _without_proxy_calls(answer: _Answer, rounds: int) -> _Answer:
 
 
 def build_llm_input(body: dict[str, Any], route: ModelRoute, candidate: Candidate | None) -> dict[str, Any]:
-    """The keyword arguments for ``litellm.acompletion``: the client's request, routed, with the assembled
-    messages and tools when a candidate is sent. Empty tool lists are omitted (OpenAI rejects ``tools: []``).
+    """The keyword arguments for ``litellm.acompletion``: the client's allow-listed fields (see
+    ``proxy.client_params``), the assembled messages and tools when a candidate is sent, and the route's
+    ``litellm_params`` last. Empty tool lists are omitted (OpenAI rejects ``tools: []``).
     """
-    llm_input = {key: value for key, value in body.items() if key != "model"}
-    llm_input.update(route.litellm_params)
+    llm_input = client_arguments(body, route.allowed_client_params)
     if candidate is not None:
         llm_input["messages"] = candidate.messages
         if candidate.tools:
@@ -360,7 +361,19 @@ def build_llm_input(body: dict[str, Any], route: ModelRoute, candidate: Candidat
             llm_input.pop("tools", None)
             llm_input.pop("tool_choice", None)
             llm_input.pop("parallel_tool_calls", None)
-    return llm_input
+    return with_route(llm_input, route.litellm_params)
+
+
+def _estimated_size(llm_input: dict[str, Any], counts_output: bool) -> int:
+    """What the provider was sent, in (conservatively estimated) tokens; with the requested output
+    when the provider said it counted that against the window."""
+    estimator = ConservativeTokenEstimator()
+    size = sum(estimator.count_message(m) for m in llm_input.get("messages") or [] if isinstance(m, dict))
+    size += estimator.count_tools(llm_input.get("tools") or [])
+    if counts_output:
+        requested = llm_input.get("max_completion_tokens") or llm_input.get("max_tokens")
+        size += requested if isinstance(requested, int) else 0
+    return size
 
 
 def _trace_record(request: TurnRequest, candidate: Candidate | None, llm_input: dict[str, Any]) -> dict[str, Any]:

@@ -91,11 +91,22 @@ def start_proxy(tmp_path: Path, provider: ProviderHandle) -> Iterator[Callable[.
     """Start a proxy (real uvicorn) with settings overrides; every started proxy stops after the test."""
     stack: list[Any] = []
 
+    running: dict[Any, Path] = {}  # SQLite proxies still serving, by the data folder they hold
+
     def start(**overrides: Any) -> ProxyHandle:
         settings = Settings(**{"data_dir": tmp_path / "data", "models": (route_to(provider.url),), **overrides})
+        if settings.store_url is None:
+            # One process per SQLite data folder (the product refuses a second): a test that starts the
+            # proxy again with other settings gets the earlier one stopped first, as an operator would.
+            for earlier, folder in list(running.items()):
+                if folder == settings.data_dir and earlier in stack:
+                    stack.remove(earlier)
+                    earlier.__exit__(None, None, None)
         context = serve_in_thread(create_app(settings))
         url = context.__enter__()
         stack.append(context)
+        if settings.store_url is None:
+            running[context] = settings.data_dir
 
         def stop() -> None:
             if context in stack:
