@@ -19,6 +19,7 @@ from starlette.routing import Route
 from proxy.config import Mode, Settings
 from proxy.errors import AuthenticationFailed, InvalidRequest, ModelNotFound, ProxyError, RequestTooLarge
 from proxy.identity import identify
+from proxy.ingress.responses_api import ResponsesIngress
 from proxy.runtime.assembly import Assembler
 from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.services import build_runner
@@ -89,6 +90,18 @@ def create_app(
             raise
         return _respond(result)
 
+    responses_api = ResponsesIngress(settings, lambda: services.runner)
+
+    async def responses(request: Request) -> Response:
+        _authorize(request, settings)
+        body = await _read_json(request, settings.max_request_bytes)
+        compact = request.url.path.endswith("/compact")
+        return await responses_api.create(body, request.headers, _mode(request, settings), compact=compact)
+
+    async def retrieve_response(request: Request) -> Response:
+        _authorize(request, settings)
+        return await responses_api.retrieve(request.path_params["response_id"])
+
     async def list_models(request: Request) -> Response:
         _authorize(request, settings)
         data = [
@@ -114,6 +127,12 @@ def create_app(
     routes = [
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/responses", responses, methods=["POST"]),
+        Route("/responses", responses, methods=["POST"]),
+        Route("/v1/responses/compact", responses, methods=["POST"]),
+        Route("/responses/compact", responses, methods=["POST"]),
+        Route("/v1/responses/{response_id}", retrieve_response, methods=["GET"]),
+        Route("/responses/{response_id}", retrieve_response, methods=["GET"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/models", list_models, methods=["GET"]),
         Route("/health/liveliness", liveliness, methods=["GET"]),

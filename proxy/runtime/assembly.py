@@ -31,6 +31,7 @@ class TurnRequest:
     turn: int
     forced: bool = False  # a forced pressure pass after a provider overflow
     stated_limit: int | None = None  # the window the provider stated in its overflow message
+    ingress: Mapping[str, Any] | None = None  # a non-chat ingress's notes on its translation (for the trace)
 
 
 @dataclass

@@ -117,15 +117,21 @@ class TurnRunner:
         route: ModelRoute,
         headers: Mapping[str, str] | None = None,
         mode: Mode | None = None,
+        ingress: Mapping[str, Any] | None = None,
     ) -> TurnResult:
-        """Serve one validated request; the caller has already authorized and routed it."""
+        """Serve one validated request; the caller has already authorized and routed it.
+
+        ``ingress`` is what a non-chat ingress records about its translation (for the trace).
+        """
         stack = AsyncExitStack()
         try:
             await stack.enter_async_context(self.store.turn_lock(identity.context_id))
         except SessionBusy as exc:
             raise SessionConflict(str(exc)) from exc
         try:
-            result = await self._run_locked(stack, body, identity, route, headers or {}, mode or self.settings.mode)
+            result = await self._run_locked(
+                stack, body, identity, route, headers or {}, mode or self.settings.mode, ingress
+            )
         except BaseException:
             await stack.aclose()
             raise
@@ -141,10 +147,13 @@ class TurnRunner:
         route: ModelRoute,
         headers: Mapping[str, str],
         mode: Mode,
+        ingress: Mapping[str, Any] | None = None,
     ) -> TurnResult:
         reconciliation = await self.store.reconcile(identity.context_id, identity.scope, body["messages"])
         turn = await self.store.next_turn(identity.context_id)
-        request = TurnRequest(identity, mode, route, self.limits_for(route), body, headers, reconciliation, turn)
+        request = TurnRequest(
+            identity, mode, route, self.limits_for(route), body, headers, reconciliation, turn, ingress=ingress
+        )
         result = TurnResult(identity=identity, mode=mode)
         rounds = 0
         while True:
@@ -344,4 +353,5 @@ def _trace_record(request: TurnRequest, candidate: Candidate | None, llm_input: 
         "compaction": stages.pop("compaction", None),
         **stages,
         "llmInput": redact_llm_input(llm_input),
+        **({"ingress": dict(request.ingress)} if request.ingress else {}),
     }
