@@ -176,40 +176,20 @@ class ResponseStream:
     def _call_events(self, index: int, item: dict[str, Any]) -> list[Event]:
         kind = item["type"]
         item_id = item["id"]
+        blank = {"function_call": {"arguments": ""}, "custom_tool_call": {"input": ""}}.get(kind, {})
+        events = [self._event("response.output_item.added", output_index=index, item={**item, **blank})]
+        where = {"output_index": index, "item_id": item_id}
         if kind == "function_call":
-            added = {**item, "arguments": "", "status": "in_progress"}
-            middle = [
-                self._event(
-                    "response.function_call_arguments.delta",
-                    output_index=index,
-                    item_id=item_id,
-                    delta=item["arguments"],
-                ),
-                self._event(
-                    "response.function_call_arguments.done",
-                    output_index=index,
-                    item_id=item_id,
-                    name=item["name"],
-                    arguments=item["arguments"],
-                ),
-            ]
+            arguments = item["arguments"]
+            events.append(self._event("response.function_call_arguments.delta", **where, delta=arguments))
+            events.append(
+                self._event("response.function_call_arguments.done", **where, name=item["name"], arguments=arguments)
+            )
         elif kind == "custom_tool_call":
-            added = {**item, "input": "", "status": "in_progress"}
-            middle = [
-                self._event(
-                    "response.custom_tool_call_input.delta", output_index=index, item_id=item_id, delta=item["input"]
-                ),
-                self._event(
-                    "response.custom_tool_call_input.done", output_index=index, item_id=item_id, input=item["input"]
-                ),
-            ]
-        else:
-            added, middle = {**item, "status": "in_progress"}, []
-        return [
-            self._event("response.output_item.added", output_index=index, item=added),
-            *middle,
-            self._event("response.output_item.done", output_index=index, item=item),
-        ]
+            events.append(self._event("response.custom_tool_call_input.delta", **where, delta=item["input"]))
+            events.append(self._event("response.custom_tool_call_input.done", **where, input=item["input"]))
+        events.append(self._event("response.output_item.done", output_index=index, item=item))
+        return events
 
     def _assistant(self, state: _State) -> dict[str, Any]:
         calls = [
