@@ -31,6 +31,7 @@ from proxy.context.nonce import SECRET_NAME
 from proxy.drain import Drain
 from proxy.errors import AuthenticationFailed, InvalidRequest, ModelNotFound, ProxyError, RequestTooLarge
 from proxy.identity import identify
+from proxy.ingress.responses_api import ResponsesIngress
 from proxy.request_body import decode_body
 from proxy.runtime.assembly import Assembler
 from proxy.runtime.provider import ProviderBackend
@@ -121,6 +122,18 @@ def create_app(
             return JSONResponse(result.response, headers=result.headers)
         return _EventStream(result.chunks, drain, result.headers)
 
+    responses_api = ResponsesIngress(settings, lambda: services.runner)
+
+    async def responses(request: Request) -> Response:
+        _authorize(request, settings)
+        body = decode_body(await _read_body(request, settings.max_request_bytes))
+        compact = request.url.path.endswith("/compact")
+        return await responses_api.create(body, request.headers, _mode(request, settings), compact=compact)
+
+    async def retrieve_response(request: Request) -> Response:
+        _authorize(request, settings)
+        return await responses_api.retrieve(request.path_params["response_id"])
+
     async def list_models(request: Request) -> Response:
         _authorize(request, settings)
         data = [
@@ -146,6 +159,12 @@ def create_app(
     routes = [
         Route("/v1/chat/completions", _answering(chat_completions), methods=["POST"]),
         Route("/chat/completions", _answering(chat_completions), methods=["POST"]),
+        Route("/v1/responses", _answering(responses), methods=["POST"]),
+        Route("/responses", _answering(responses), methods=["POST"]),
+        Route("/v1/responses/compact", _answering(responses), methods=["POST"]),
+        Route("/responses/compact", _answering(responses), methods=["POST"]),
+        Route("/v1/responses/{response_id}", _answering(retrieve_response), methods=["GET"]),
+        Route("/responses/{response_id}", _answering(retrieve_response), methods=["GET"]),
         Route("/v1/models", _answering(list_models), methods=["GET"]),
         Route("/models", _answering(list_models), methods=["GET"]),
         Route("/health/liveliness", liveliness, methods=["GET"]),

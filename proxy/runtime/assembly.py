@@ -36,6 +36,7 @@ class TurnRequest:
     branch: BranchTurn | None = None  # where on its branch this call is (traced); None when not counted
     # One client request, the same over its proxy-owned rounds: what keeps its proxy steps its own.
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    ingress: Mapping[str, Any] | None = None  # a non-chat ingress's notes on its translation (for the trace)
 
 
 @dataclass

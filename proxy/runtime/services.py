@@ -76,7 +76,9 @@ def build_runner(
         settings, store, pipeline, toolbox, backend, summary_route, deferred, state_config, framing_secret
     )
     traces = TraceWriter(settings.resolved_trace_dir) if settings.trace_enabled else None
-    return TurnRunner(settings, store, assembler or dynamic, backend, traces, model_map, dynamic)
+    return TurnRunner(
+        settings, store, assembler or dynamic, backend, traces, model_map, dynamic, framing_secret=framing_secret
+    )
 
 
 def check_settings(settings: Settings) -> None:

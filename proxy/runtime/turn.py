@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from proxy.client_params import client_arguments, with_route
 from proxy.config import Mode, ModelRoute, Settings
 from proxy.context.estimators import ConservativeTokenEstimator
+from proxy.context.nonce import session_nonce
 from proxy.errors import ContextOverflow, ProxyError, SessionConflict
 from proxy.identity import SessionIdentity
 from proxy.runtime.assembly import Assembler, Candidate, TurnRequest
@@ -97,6 +98,7 @@ class TurnRunner:
         model_map: ModelMapLookup,
         steps: ProxyStepRunner | None = None,
         clock: Callable[[], float] = time.monotonic,
+        framing_secret: bytes = b"",
     ) -> None:
         self.settings = settings
         self.store = store
@@ -106,6 +108,11 @@ class TurnRunner:
         self.steps = steps
         self._limits = RouteLimits(settings, model_map, clock)
         self._branch_hashes = ChainMemo()
+        self._framing_secret = framing_secret
+
+    def framing_nonce(self, context_id: str) -> str:
+        """The session's framing nonce: what its hidden wrappers and checkpoint tags carry."""
+        return session_nonce(self._framing_secret, context_id)
 
     def limits_for(self, route: ModelRoute) -> ModelLimits:
         """The route's limits, corrected for a while by believable overflow errors (see ``RouteLimits``)."""
@@ -118,11 +125,14 @@ class TurnRunner:
         route: ModelRoute,
         headers: Mapping[str, str] | None = None,
         mode: Mode | None = None,
+        ingress: Mapping[str, Any] | None = None,
     ) -> TurnResult:
         """Serve one validated request; the caller has already authorized and routed it.
 
         The session lock is released here, whatever happens, unless a live stream took it over: that
         stream then owns it and releases it when it ends, fails or is closed (``_LiveStream``).
+
+        ``ingress`` is what a non-chat ingress records about its translation (for the trace).
         """
         stack = AsyncExitStack()
         branch = branch_of(self._branch_hashes, identity.context_id, body["messages"])
@@ -132,7 +142,9 @@ class TurnRunner:
             raise SessionConflict(str(exc)) from exc
         handed_over = False
         try:
-            result = await self._run_locked(stack, body, identity, route, headers or {}, mode or self.settings.mode)
+            result = await self._run_locked(
+                stack, body, identity, route, headers or {}, mode or self.settings.mode, ingress
+            )
             handed_over = isinstance(result.chunks, _LiveStream)
             return result
         finally:
@@ -147,12 +159,15 @@ class TurnRunner:
         route: ModelRoute,
         headers: Mapping[str, str],
         mode: Mode,
+        ingress: Mapping[str, Any] | None = None,
     ) -> TurnResult:
         reconciliation = await self.store.reconcile(identity.context_id, identity.scope, body["messages"])
         turn = await self.store.next_turn(identity.context_id)
         limits = self.limits_for(route)
         branch = await self._first_branch_turn(reconciliation)
-        request = TurnRequest(identity, mode, route, limits, body, headers, reconciliation, turn, branch=branch)
+        request = TurnRequest(
+            identity, mode, route, limits, body, headers, reconciliation, turn, branch=branch, ingress=ingress
+        )
         result = TurnResult(identity=identity, mode=mode)
         rounds = 0
         while True:
@@ -410,4 +425,5 @@ def _trace_record(request: TurnRequest, candidate: Candidate | None, llm_input: 
         "compaction": stages.pop("compaction", None),
         **stages,
         "llmInput": redact_llm_input(llm_input),
+        **({"ingress": dict(request.ingress)} if request.ingress else {}),
     }
