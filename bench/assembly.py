@@ -42,6 +42,7 @@ from proxy.context.types import Attachment, ContextMessage, Scope, TokenEstimato
 LIMIT_TOKENS = 400_000
 PROMPT_BUDGET = 8_000
 MESSAGE_BUDGET = 8_000
+NONCE = "0123456789abcdef"  # any framing nonce: it costs the same as a session's
 ZH = (
     "在本研究中我们提出了一种基于深度学习的蛋白质结构预测方法实验结果表明该方法在多个基准数据集上均取得了显著的性能提升"
 )
@@ -131,10 +132,10 @@ def assemble(
     history: list[dict[str, Any]], collected: Collection, estimator: TokenEstimator, limit: int = LIMIT_TOKENS
 ) -> int:
     """One turn's pure stages; returns the validated estimate."""
-    admitted = apply_context_budget(collected, PROMPT_BUDGET, MESSAGE_BUDGET, estimator)
+    admitted = apply_context_budget(collected, PROMPT_BUDGET, MESSAGE_BUDGET, estimator, nonce=NONCE)
     prompt = DeterministicSystemPromptRenderer().render(admitted.sections)
     composer = DefaultContextMessageComposer()
-    hidden = composer.hidden_messages(admitted.messages, admitted.attachments)
+    hidden = composer.hidden_messages(admitted.messages, admitted.attachments, nonce=NONCE)
     fixed = (
         estimator.count_message({"role": "system", "content": prompt.text})
         + estimator.count_tools(TOOLS)
@@ -142,9 +143,14 @@ def assemble(
     )
     window = AtomicHistoryWindowPolicy().apply(history, limit_tokens=limit - fixed, estimator=estimator)
     composed = composer.compose(
-        prompt.text, window.messages, admitted.messages, admitted.attachments, section_ids=prompt.section_ids
+        prompt.text,
+        window.messages,
+        admitted.messages,
+        admitted.attachments,
+        nonce=NONCE,
+        section_ids=prompt.section_ids,
     )
-    return ContextValidator().validate(composed, limit_tokens=limit, estimator=estimator, tools=TOOLS)
+    return ContextValidator().validate(composed, limit_tokens=limit, estimator=estimator, nonce=NONCE, tools=TOOLS)
 
 
 def median_ms(run: Callable[[], object], repeats: int) -> float:

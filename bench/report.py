@@ -83,6 +83,19 @@ def goals(report: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
     if estimator:
         under = sum(k[e]["under"] for k in estimator["kinds"].values() for e in ("cl100k_base", "o200k_base"))
         out.append(("estimator never under tiktoken", under == 0, f"{under} cases under"))
+    memory = parts.get("memory")
+    if memory:
+        plateau = memory["plateau_goal_mib"]
+        out.append(
+            (
+                f"RSS within {plateau:.0f} MiB after {memory['requests']:,} requests of "
+                f"{memory['tool_output_bytes'] // 1000} KB tool outputs",
+                memory["peak_rss_mib"] <= plateau and memory["failures"] == 0,
+                f"start {memory['start_rss_mib']:.0f}, end {memory['end_rss_mib']:.0f}, peak "
+                f"{memory['peak_rss_mib']:.0f} MiB; second half +{memory['second_half_growth_mib']:.1f} MiB; "
+                f"{memory['failures']} failed",
+            )
+        )
     return out
 
 
@@ -114,6 +127,10 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines += _long_run(parts["long_run"])
     if "estimator" in parts:
         lines += _estimator(parts["estimator"])
+    if "memory" in parts:
+        lines += _memory(parts["memory"])
+    if "isolation" in parts:
+        lines += _isolation(parts["isolation"])
     return "\n".join(lines) + "\n"
 
 
@@ -226,3 +243,39 @@ def _estimator(e: dict[str, Any]) -> list[str]:
     lines += ["", "| counter | MB/s |", "|---|---:|"]
     lines += [f"| {name} | {speed:.2f} |" for name, speed in e["throughput_mb_s"].items()]
     return lines
+
+
+def _memory(m: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        "## 5. Resident memory under large, distinct tool outputs",
+        "",
+        f"{m['requests']:,} requests over {m['sessions']} sessions, each turn adding a distinct "
+        f"{m['tool_output_bytes'] // 1000} KB tool output and resending the whole history; RSS of the proxy "
+        f"process ({m['seconds']} s, {m['failures']} failed).",
+        "",
+        "| requests | RSS MiB |",
+        "|---:|---:|",
+        f"| 0 | {m['start_rss_mib']:.1f} |",
+    ]
+    lines += [f"| {p['requests']:,} | {p['rss_mib']:.1f} |" for p in m["points"]]
+    return lines
+
+
+def _isolation(i: dict[str, Any]) -> list[str]:
+    during = (
+        "none answered"
+        if i["small_during_median_ms"] is None
+        else (
+            f"median {i['small_during_median_ms']:,.1f} ms, max {i['small_during_max_ms']:,.1f} ms "
+            f"({i['small_during_count']} requests)"
+        )
+    )
+    return [
+        "",
+        "## 6. A very large request does not stall other sessions",
+        "",
+        f"One request of {i['messages']:,} messages ({i['request_bytes'] / 1e6:,.1f} MB) took {i['large_ms']:,.0f} ms. "
+        f"Small requests of another session sent meanwhile: {during}; the same request on an idle proxy: "
+        f"{i['small_idle_ms']:,.1f} ms.",
+    ]

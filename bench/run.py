@@ -1,6 +1,6 @@
 """Run every benchmark part and write ``bench/report.json`` and ``bench/report.md``.
 
-Run: ``.venv/bin/python -m bench [--quick] [--parts 1,2,3,4] [--no-litellm-proxy]``
+Run: ``.venv/bin/python -m bench [--quick] [--parts 1,2,3,4,5,6] [--no-litellm-proxy]``
 (``.venv/bin/python bench/run.py`` is the same). See ``bench/README.md`` for what each part measures.
 """
 
@@ -34,8 +34,27 @@ HERE = Path(__file__).resolve().parent
 HISTORY_MAX_INPUT_TOKENS = 4_000_000
 LONG_RUN_MAX_INPUT_TOKENS = 128_000
 
-FULL = {"requests": 200, "throughput_requests": 600, "repeats": 5, "sizes": [10, 100, 1000, 5000], "steps": 200}
-QUICK = {"requests": 60, "throughput_requests": 240, "repeats": 2, "sizes": [10, 100, 1000], "steps": 30}
+FULL = {
+    "requests": 200,
+    "throughput_requests": 600,
+    "repeats": 5,
+    "sizes": [10, 100, 1000, 5000],
+    "steps": 200,
+    "memory_requests": 3000,
+    "memory_sessions": 150,
+    "isolation_messages": 20_000,
+}
+QUICK = {
+    "requests": 60,
+    "throughput_requests": 240,
+    "repeats": 2,
+    "sizes": [10, 100, 1000],
+    "steps": 30,
+    "memory_requests": 300,
+    "memory_sessions": 30,
+    "isolation_messages": 5_000,
+}
+ISOLATION_MAX_INPUT_TOKENS = 128_000  # a common window: the large request is compacted, as in real use
 
 
 def machine() -> dict[str, Any]:
@@ -112,6 +131,23 @@ def _part_long_run(scratch: Path, steps: int) -> Any:
         return run_long(proxy.url, provider.url, traces, steps=steps)
 
 
+def _part_isolation(scratch: Path, messages: int) -> Any:
+    from bench.isolation import run_isolation
+
+    folder = scratch / "isolation"
+    folder.mkdir()
+    with (
+        servers.scripted_provider(folder, "ok") as provider,
+        servers.our_proxy(
+            folder,
+            servers.write_config(folder, provider.url, ISOLATION_MAX_INPUT_TOKENS),
+            "dynamic",
+            name="proxy-isolation",
+        ) as proxy,
+    ):
+        return run_isolation(proxy.url, messages=messages)
+
+
 def run(parts: set[int], quick: bool, litellm_proxy: bool, out_dir: Path) -> dict[str, Any]:
     """Run the chosen parts and write the reports; returns the report."""
     plan = dict(QUICK if quick else FULL, litellm_proxy=litellm_proxy)
@@ -151,6 +187,18 @@ def run(parts: set[int], quick: bool, litellm_proxy: bool, out_dir: Path) -> dic
             from bench.estimator import run_estimator
 
             _timed(report, "estimator", lambda: run_estimator(quick))
+        if 5 in parts:
+            from bench.memory import measure
+
+            folder = scratch / "memory"
+            folder.mkdir()
+            _timed(
+                report,
+                "memory",
+                lambda: measure(folder, requests=plan["memory_requests"], sessions=plan["memory_sessions"]),
+            )
+        if 6 in parts:
+            _timed(report, "isolation", lambda: _part_isolation(scratch, plan["isolation_messages"]))
     report["machine"]["litellm_proxy_venv_litellm"] = servers.litellm_proxy_version()
     report["seconds"] = round(time.perf_counter() - started, 1)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -172,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m bench``."""
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of about a minute (fewer, smaller runs)")
-    parser.add_argument("--parts", default="1,2,3,4", help="which parts to run, e.g. 2,4")
+    parser.add_argument("--parts", default="1,2,3,4,5,6", help="which parts to run, e.g. 2,4")
     parser.add_argument("--no-litellm-proxy", action="store_true", help="skip the litellm proxy in part 1")
     parser.add_argument("--out-dir", type=Path, default=HERE, help="where report.json and report.md go")
     args = parser.parse_args(argv)

@@ -1,8 +1,9 @@
 """Memory projection: what the run chose to remember (``remember``, ``memory_write`` by default).
 
 Two pieces: a short ``memory.state`` hidden message (counts, pointing at the snapshot) and the
-``memory.snapshot`` attachment, trusted data (it is the run's own record), bounded to ``max_chars``
-keeping the newest entries. Scopes main and subagent.
+``memory.snapshot`` attachment, bounded to ``max_chars`` keeping the newest entries. The snapshot is
+``untrusted_data``: its entries are the arguments and results of tool calls, which hold whatever the
+tools read (web pages, files, other agents' text), re-injected on every turn. Scopes main and subagent.
 
 Options:
     tools: list of tool names replacing the defaults.
@@ -65,7 +66,7 @@ class Memory(StateProjection):
         if isinstance(value, Mapping) and shown < len(value.get("entries", ())):
             text += f" The snapshot holds the newest {shown} (bounded to {max_chars} characters)."
         message = ContextMessage("memory.state", text)
-        attachment = Attachment("memory.snapshot", body, trust="trusted_data", source="memory")
+        attachment = Attachment("memory.snapshot", body, trust="untrusted_data", source="memory")
         return ContributorOutput(messages=(message,), attachments=(attachment,) if body else ())
 
     def render(self, value: Any, request: ContributionRequest) -> str:

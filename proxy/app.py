@@ -1,35 +1,54 @@
-"""The Starlette app: routes, authentication, request reading and the one error renderer."""
+"""The Starlette app: routes, authentication, request reading and the one error renderer.
+
+Every answer is JSON in OpenAI's shape, an unexpected error included (a 500 that leaves the
+keep-alive connection usable), and every stream ends with ``[DONE]``, after an ``error`` event when
+it could not be completed.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
+from proxy.client_params import check_client_params
 from proxy.config import Mode, Settings
+from proxy.context.nonce import SECRET_NAME
+from proxy.drain import Drain
 from proxy.errors import AuthenticationFailed, InvalidRequest, ModelNotFound, ProxyError, RequestTooLarge
 from proxy.identity import identify
 from proxy.ingress import messages as anthropic
 from proxy.ingress.messages_errors import error_response as anthropic_error
+from proxy.ingress.responses_api import ResponsesIngress
+from proxy.request_body import decode_body
 from proxy.runtime.assembly import Assembler
 from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.services import build_runner
-from proxy.runtime.turn import TurnResult, TurnRunner
+from proxy.runtime.turn import TurnRunner
 from proxy.session import open_store
 from proxy.session.store import SessionStore
-from proxy.wire import parse_chat_request
+from proxy.wire import ChatCompletionRequest, parse_chat_request
 
 log = logging.getLogger("context_proxy")
+
+# Bodies above this size are decoded and validated on a worker thread: for a request of many
+# thousands of messages that is seconds of CPU, which on the event loop would stall every session.
+_OFFLOAD_BYTES = 256 * 1024
+_PARSE_WORKERS = 2  # bounds how many large bodies are parsed at once (and the memory they take)
 
 
 @dataclass
@@ -51,6 +70,8 @@ def create_app(
 ) -> Starlette:
     """Build the proxy app. Parts not handed in are created when the app starts (its lifespan)."""
     services = Services(store=store, backend=backend, assembler=assembler)
+    drain = Drain(settings.shutdown_grace_seconds)
+    parsing = ThreadPoolExecutor(max_workers=_PARSE_WORKERS, thread_name_prefix="request-parse")
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -63,38 +84,62 @@ def create_app(
 
             services.backend = LiteLLMBackend(timeout_seconds=settings.provider_timeout_seconds)
         model_map = getattr(services.backend, "model_map_limits", _unknown_model)
-        services.runner = build_runner(settings, services.store, services.backend, model_map, services.assembler)
+        framing_secret = settings.framing_secret or await services.store.secret(SECRET_NAME)
+        services.runner = build_runner(
+            settings, services.store, services.backend, model_map, framing_secret, services.assembler
+        )
         try:
             yield
         finally:
+            parsing.shutdown(wait=False)
             if owned_store:
                 await services.store.close()
 
     async def chat_completions(request: Request) -> Response:
         _authorize(request, settings)
-        body = await _read_json(request, settings.max_request_bytes)
-        chat = parse_chat_request(body)
+        raw = await _read_body(request, settings.max_request_bytes)
+        if len(raw) > _OFFLOAD_BYTES:
+            loop = asyncio.get_running_loop()
+            body, chat = await loop.run_in_executor(parsing, _parse, raw, settings.max_request_messages)
+        else:
+            body, chat = _parse(raw, settings.max_request_messages)
         route = settings.route(chat.model)
         if route is None:
             raise ModelNotFound(
                 f"The model {chat.model!r} does not exist or you do not have access to it.", param="model"
             )
+        check_client_params(body, route.allowed_client_params)
         identity = identify(request.headers, body)
         if services.runner is None:
             raise ProxyError("The proxy is still starting.", status=503, code="starting")
         mode = _mode(request, settings)
         try:
-            result = await services.runner.run(body, identity, route, request.headers, mode)
+            async with drain.bounded():
+                result = await services.runner.run(body, identity, route, request.headers, mode)
         except ProxyError as exc:
             # The session is known by now: an error answer names it too, so a client can find its trace.
             exc.headers.update({"x-context-id": identity.context_id, "x-context-mode": mode})
             raise
-        return _respond(result)
+        if result.chunks is None:
+            return JSONResponse(result.response, headers=result.headers)
+        return _EventStream(result.chunks, drain, result.headers)
+
+    responses_api = ResponsesIngress(settings, lambda: services.runner)
+
+    async def responses(request: Request) -> Response:
+        _authorize(request, settings)
+        body = decode_body(await _read_body(request, settings.max_request_bytes))
+        compact = request.url.path.endswith("/compact")
+        return await responses_api.create(body, request.headers, _mode(request, settings), compact=compact)
+
+    async def retrieve_response(request: Request) -> Response:
+        _authorize(request, settings)
+        return await responses_api.retrieve(request.path_params["response_id"])
 
     async def messages(request: Request) -> Response:
         try:
             _authorize(request, settings)
-            body = await _read_json(request, settings.max_request_bytes)
+            body = decode_body(await _read_body(request, settings.max_request_bytes))
             if services.runner is None:
                 raise ProxyError("The proxy is still starting.", status=503, code="starting")
             return await anthropic.create_message(
@@ -107,7 +152,7 @@ def create_app(
         try:
             _authorize(request, settings)
             return await anthropic.count_tokens(
-                await _read_json(request, settings.max_request_bytes), request.headers, settings
+                decode_body(await _read_body(request, settings.max_request_bytes)), request.headers, settings
             )
         except ProxyError as exc:
             return anthropic_error(exc)
@@ -135,19 +180,50 @@ def create_app(
         )
 
     routes = [
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/chat/completions", chat_completions, methods=["POST"]),
-        Route("/v1/messages", messages, methods=["POST"]),
-        Route("/messages", messages, methods=["POST"]),
-        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
-        Route("/messages/count_tokens", count_tokens, methods=["POST"]),
-        Route("/v1/models", list_models, methods=["GET"]),
-        Route("/models", list_models, methods=["GET"]),
+        Route("/v1/chat/completions", _answering(chat_completions), methods=["POST"]),
+        Route("/chat/completions", _answering(chat_completions), methods=["POST"]),
+        Route("/v1/responses", _answering(responses), methods=["POST"]),
+        Route("/responses", _answering(responses), methods=["POST"]),
+        Route("/v1/responses/compact", _answering(responses), methods=["POST"]),
+        Route("/responses/compact", _answering(responses), methods=["POST"]),
+        Route("/v1/responses/{response_id}", _answering(retrieve_response), methods=["GET"]),
+        Route("/responses/{response_id}", _answering(retrieve_response), methods=["GET"]),
+        Route("/v1/messages", _answering(messages), methods=["POST"]),
+        Route("/messages", _answering(messages), methods=["POST"]),
+        Route("/v1/messages/count_tokens", _answering(count_tokens), methods=["POST"]),
+        Route("/messages/count_tokens", _answering(count_tokens), methods=["POST"]),
+        Route("/v1/models", _answering(list_models), methods=["GET"]),
+        Route("/models", _answering(list_models), methods=["GET"]),
         Route("/health/liveliness", liveliness, methods=["GET"]),
-        Route("/health/readiness", readiness, methods=["GET"]),
+        Route("/health/readiness", _answering(readiness), methods=["GET"]),
     ]
     handlers = {ProxyError: _proxy_error, HTTPException: _http_error, Exception: _unexpected_error}
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
+    app.state.drain = drain  # the server starts it on shutdown (proxy.drain.DrainingServer)
+    return app
+
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def _answering(endpoint: Endpoint) -> Endpoint:
+    """``endpoint`` answering an unexpected error itself, with a JSON 500.
+
+    Starlette hands an ``Exception`` handler's error to ``ServerErrorMiddleware``, which sends the
+    answer and then re-raises; uvicorn, seeing the error after a complete response, drops the
+    connection without ``connection: close``, and the client's next request on it fails. An error
+    answered here is an ordinary response: the connection stays usable.
+    """
+
+    async def answering(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except (ProxyError, HTTPException):
+            raise  # rendered by their handlers, which return normally
+        except Exception:
+            return _internal_error(request)
+
+    return answering
 
 
 def _mode(request: Request, settings: Settings) -> Mode:
@@ -167,17 +243,18 @@ def _unknown_model(model: str) -> tuple[int | None, int | None]:
 def _authorize(request: Request, settings: Settings) -> None:
     if settings.master_key is None:
         return
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer":
-        # Anthropic's SDKs (Claude Code) send the key as x-api-key.
-        token = request.headers.get("x-api-key", "")
-    if not hmac.compare_digest(token.strip().encode(), settings.master_key.encode()):
-        raise AuthenticationFailed("Missing or invalid API key: send Authorization: Bearer <key> or x-api-key.")
+    key = settings.master_key.encode()
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key):
+        return
+    # Anthropic clients send their key as x-api-key (DESIGN.md's interface accepts both).
+    if hmac.compare_digest(request.headers.get("x-api-key", "").strip().encode(), key):
+        return
+    raise AuthenticationFailed("Missing or invalid API key: send Authorization: Bearer <key> or x-api-key: <key>.")
 
 
-async def _read_json(request: Request, limit: int) -> Any:
-    """The body as JSON, refusing oversized bodies before reading them whole."""
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The raw body, refusing oversized bodies before reading them whole."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise RequestTooLarge(f"The request body ({declared} bytes) exceeds the limit of {limit} bytes.")
@@ -186,33 +263,75 @@ async def _read_json(request: Request, limit: int) -> Any:
         raw.extend(piece)
         if len(raw) > limit:
             raise RequestTooLarge(f"The request body exceeds the limit of {limit} bytes.")
-    try:
-        text = bytes(raw).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidRequest(f"The request body is not valid UTF-8 (byte {exc.start}).") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
+    return bytes(raw)
+
+
+def _parse(raw: bytes, max_messages: int) -> tuple[dict[str, Any], ChatCompletionRequest]:
+    """Decode and validate a body (pure CPU: runs on a worker thread for large bodies)."""
+    body = decode_body(raw)
+    messages = body.get("messages")
+    if isinstance(messages, list) and len(messages) > max_messages:
         raise InvalidRequest(
-            f"The request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}."
-        ) from None
+            f"The request has {len(messages)} messages; this proxy accepts at most {max_messages} per request "
+            "(CONTEXT_PROXY_MAX_REQUEST_MESSAGES).",
+            param="messages",
+            code="too_many_messages",
+        )
+    return body, parse_chat_request(body)
 
 
-def _respond(result: TurnResult) -> Response:
-    if result.chunks is None:
-        return JSONResponse(result.response, headers=result.headers)
-    return StreamingResponse(_sse(result.chunks), media_type="text/event-stream", headers=result.headers)
+class _EventStream(StreamingResponse):
+    """A server-sent-events answer that owns its chunk stream: closed on every way out.
+
+    Closing it ends the provider call and releases the session lock even when the response never
+    started or its task was cancelled (the client went away, the server stopped).
+    """
+
+    def __init__(self, chunks: AsyncIterator[dict[str, Any]], drain: Drain, headers: dict[str, str]) -> None:
+        self._chunks = chunks
+        super().__init__(_sse(chunks, drain), media_type="text/event-stream", headers=headers)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):  # even inside a cancelled task: the lock must go
+                await _close(self.body_iterator)
+                await _close(self._chunks)
 
 
-async def _sse(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
-    """Server-sent events ending in ``[DONE]``; an error mid-stream becomes an error event instead."""
+async def _close(iterator: Any) -> None:
+    aclose = getattr(iterator, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+async def _sse(chunks: AsyncIterator[dict[str, Any]], drain: Drain) -> AsyncIterator[bytes]:
+    """Server-sent events ending in ``[DONE]``; a failure mid-stream, whatever it is, sends an ``error``
+    event first (OpenAI's error shape, which the SDKs raise as an error) instead of cutting the stream."""
     try:
-        async for chunk in chunks:
-            yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
+        while True:
+            try:
+                async with drain.bounded():
+                    chunk = await anext(chunks)
+            except StopAsyncIteration:
+                break
+            yield _event(chunk)
     except ProxyError as exc:
-        yield f"data: {json.dumps(exc.body(), ensure_ascii=False)}\n\n"
-        return
-    yield "data: [DONE]\n\n"
+        yield b"event: error\n" + _event(exc.body())
+    except Exception:
+        log.exception("unexpected error while streaming an answer")
+        yield b"event: error\n" + _event(_internal_error_body())
+    yield b"data: [DONE]\n\n"
+
+
+def _event(data: dict[str, Any]) -> bytes:
+    text = json.dumps(data, ensure_ascii=False)
+    try:
+        encoded = text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate from upstream: escaped, the JSON stays valid
+        encoded = json.dumps(data).encode("ascii")
+    return b"data: " + encoded + b"\n\n"
 
 
 async def _proxy_error(request: Request, exc: Exception) -> Response:
@@ -233,6 +352,18 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> Response:
+    # Reached only for errors outside an endpoint (``_answering`` answers the others): the server
+    # closes the connection after this answer, so say so rather than leave the client to find out.
+    response = _internal_error(request)
+    response.headers["connection"] = "close"
+    return response
+
+
+def _internal_error(request: Request) -> JSONResponse:
     log.exception("unexpected error serving %s %s", request.method, request.url.path)
+    return JSONResponse(_internal_error_body(), status_code=500)
+
+
+def _internal_error_body() -> dict[str, Any]:
     error = ProxyError("The proxy failed unexpectedly; the error is in its log.", status=500, code="internal_error")
-    return JSONResponse(error.body(), status_code=500)
+    return error.body()

@@ -52,8 +52,50 @@ def stable_json(value: Any) -> str:
 
 def message_hash(message: Mapping[str, Any]) -> str:
     """Hex SHA-256 of the canonical form of one message."""
+    return hashlib.sha256(_canonical_bytes(message)).hexdigest()
+
+
+def message_digest(message: Mapping[str, Any]) -> bytes:
+    """A 17-byte digest of ``message``'s semantic fields: equal digests mean equal canonical forms.
+
+    Cheaper than :func:`message_hash`: the fields are hashed as sent (strings as their bytes, anything
+    else as its stable JSON), without building and serializing the canonical form, so cosmetic variants
+    (``content: null`` against absent) may get different digests; nothing may treat different digests as
+    different messages. A malformed tool-call list falls back to the canonical hash. Caches key by this
+    instead of by the message text, so a key costs the same few bytes whatever the message's size.
+    """
+    try:
+        return _FIELDS + _fields_digest(message)
+    except (KeyError, TypeError, AttributeError):
+        return _CANONICAL + hashlib.blake2b(_canonical_bytes(message), digest_size=16).digest()
+
+
+_FIELDS, _CANONICAL = b"f", b"c"  # the two digest spaces never collide with each other
+
+
+def _fields_digest(message: Mapping[str, Any]) -> bytes:
+    fields = [message.get(key) for key in ("role", "content", "name", "tool_call_id", "function_call")]
+    for call in message.get("tool_calls") or ():
+        function = call["function"]
+        fields += (call["id"], call.get("type"), function.get("name"), function.get("arguments"))
+    digest = hashlib.blake2b(digest_size=16)
+    for value in fields:
+        if value is None:
+            digest.update(b"\x00")
+            continue
+        # Strings (nearly every field) as their bytes; content parts or object arguments as stable JSON,
+        # which is how the canonical form serializes them. Marked and length-prefixed, so that no two
+        # different field sequences feed the same bytes.
+        kind, data = (b"\x01", value) if isinstance(value, str) else (b"\x02", stable_json(value))
+        encoded = data.encode("utf-8", "surrogatepass")
+        digest.update(kind + len(encoded).to_bytes(8, "little"))
+        digest.update(encoded)
+    return digest.digest()
+
+
+def _canonical_bytes(message: Mapping[str, Any]) -> bytes:
     # surrogatepass: a client may send a lone surrogate ("\\ud800" in JSON); it must hash, not crash.
-    return hashlib.sha256(stable_json(canonical_message(message)).encode("utf-8", "surrogatepass")).hexdigest()
+    return stable_json(canonical_message(message)).encode("utf-8", "surrogatepass")
 
 
 def chain_hash(previous: str, message: Mapping[str, Any]) -> str:

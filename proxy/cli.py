@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 
 from proxy.config import ConfigError, Settings
+from proxy.exposure import check_exposure
 from proxy.offline import prepare_offline_environment
+from proxy.session.store import StoreError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,6 +21,11 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--config", type=Path, help="litellm-proxy style YAML with a model_list")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=4000)
+    serve.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="serve a non-loopback address without CONTEXT_PROXY_MASTER_KEY (something in front authenticates)",
+    )
     demo = commands.add_parser("demo", help="run a scripted agent session through the real proxy, offline")
     demo.add_argument("--data-dir", type=Path, help="keep the store and traces here (default: a temporary folder)")
     examples = commands.add_parser("examples", help="write three reproducible context examples, offline")
@@ -30,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         if args.command == "serve":
-            return _serve(Settings.from_env(config_path=args.config), args.host, args.port)
+            settings = Settings.from_env(config_path=args.config)
+            check_exposure(settings, args.host, args.allow_unauthenticated)
+            return _serve(settings, args.host, args.port)
         if args.command == "examples":
             from proxy.demo.examples import DEFAULT_DIR, run_examples
 
@@ -38,17 +47,17 @@ def main(argv: list[str] | None = None) -> int:
         from proxy.demo.run import run_demo
 
         return run_demo(args.data_dir)
-    except ConfigError as exc:
+    except (ConfigError, StoreError) as exc:
         print(f"context-proxy: {exc}", file=sys.stderr)
         return 2
 
 
 def _serve(settings: Settings, host: str, port: int) -> int:
-    import uvicorn
-
     from proxy.app import create_app
+    from proxy.drain import server_for
     from proxy.runtime.services import check_settings
 
     check_settings(settings)
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    app = create_app(settings)
+    server_for(app, app.state.drain, host, port, log_level="info").run()
     return 0

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from proxy.client_params import steering_reason
 
 Mode = Literal["dynamic", "shadow", "legacy"]
 MODES: tuple[Mode, ...] = ("dynamic", "shadow", "legacy")
@@ -46,6 +48,20 @@ class ModelEntry(BaseModel):
     model_name: str = Field(min_length=1)
     litellm_params: LitellmParams
     model_info: ModelInfo = Field(default_factory=ModelInfo)
+    # Top-level request fields beyond OpenAI's that clients may send on this route (vLLM's ``top_k``,
+    # ``chat_template_kwargs``); a sibling of litellm_params, because it is the route's policy towards
+    # clients, not a litellm argument nor a fact about the model.
+    allowed_client_params: list[str] = Field(default_factory=list)
+
+    @field_validator("allowed_client_params")
+    @classmethod
+    def _no_steering(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not name or not name.isidentifier():
+                raise ValueError(f"{name!r} is not a parameter name")
+            if (reason := steering_reason(name)) is not None:
+                raise ValueError(f"{name!r} cannot be allowed: {reason}")
+        return names
 
 
 class ConfigFile(BaseModel):
@@ -66,6 +82,7 @@ class ModelRoute:
     litellm_params: dict[str, Any]  # includes "model"; secrets already resolved
     max_input_tokens: int | None = None
     max_output_tokens: int | None = None
+    allowed_client_params: frozenset[str] = frozenset()  # request fields beyond OpenAI's, see client_params
 
     @property
     def litellm_model(self) -> str:
@@ -95,11 +112,17 @@ class Settings:
     contributor_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     contributor_allow: frozenset[str] | None = None  # entry-point or distribution names; None loads all
     max_request_bytes: int = 32 * 1024 * 1024
+    max_request_messages: int = 100_000  # refused with 400 beyond this; not the trimming cap below
+    shutdown_grace_seconds: int = 30  # in-flight requests get this long to finish on shutdown
     session_lock_seconds: int = 60
     provider_timeout_seconds: int = 600
     max_tool_rounds: int = 4  # proxy-owned tool rounds per client request
     allow_mode_header: bool = False  # let a request choose shadow or legacy with x-context-mode
+    allow_unauthenticated: bool = False  # serve a non-loopback address without a master key
     max_history_messages: int | None = None  # the message-count cap (unset: none)
+    # Pins the secret the framing nonces derive from (tests, cassettes, examples: byte-identical provider
+    # input); unset, the store's own secret is used, made once and shared by every replica.
+    framing_secret: bytes | None = None
     prompt_percent: int = 25  # the system prompt's share of the effective limit
     message_percent: int = 10  # contributor messages' and attachments' share
     extra: Mapping[str, Any] = field(default_factory=dict)
@@ -165,9 +188,14 @@ class Settings:
                 Path(env["SCIENCE_AGENT_CONTEXT_EXAMPLE_DIR"]) if env.get("SCIENCE_AGENT_CONTEXT_EXAMPLE_DIR") else None
             ),
             max_request_bytes=_positive(env, "CONTEXT_PROXY_MAX_REQUEST_BYTES") or cls.max_request_bytes,
+            max_request_messages=(_positive(env, "CONTEXT_PROXY_MAX_REQUEST_MESSAGES") or cls.max_request_messages),
+            shutdown_grace_seconds=(
+                _positive(env, "CONTEXT_PROXY_SHUTDOWN_GRACE_SECONDS") or cls.shutdown_grace_seconds
+            ),
             session_lock_seconds=_positive(env, "CONTEXT_PROXY_SESSION_LOCK_SECONDS") or cls.session_lock_seconds,
             max_tool_rounds=_positive(env, "SCIENCE_AGENT_CONTEXT_MAX_TOOL_ROUNDS") or cls.max_tool_rounds,
             allow_mode_header=_flag(env, "CONTEXT_PROXY_ALLOW_MODE_HEADER"),
+            allow_unauthenticated=_flag(env, "CONTEXT_PROXY_ALLOW_UNAUTHENTICATED"),
             max_history_messages=_positive(env, "SCIENCE_AGENT_CONTEXT_MAX_MESSAGES"),
             prompt_percent=_percent(env, "SCIENCE_AGENT_CONTEXT_PROMPT_PERCENT", cls.prompt_percent),
             message_percent=_percent(env, "SCIENCE_AGENT_CONTEXT_MESSAGE_PERCENT", cls.message_percent),
@@ -240,6 +268,7 @@ def _routes(config: ConfigFile, path: Path, env: Mapping[str, str]) -> tuple[Mod
                 litellm_params=params,
                 max_input_tokens=entry.model_info.max_input_tokens,
                 max_output_tokens=entry.model_info.max_output_tokens,
+                allowed_client_params=frozenset(entry.allowed_client_params),
             )
         )
     return tuple(routes)

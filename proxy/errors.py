@@ -87,6 +87,7 @@ class ContextOverflow(ProxyError):
 
     ``limit`` is the window the provider stated in its message, when it stated one. ``counts_output``
     says the provider counted the requested ``max_tokens`` against the window (lowering it may suffice).
+    ``sent_tokens`` is the runtime's estimate of what it sent, set where the request is known.
     """
 
     status = 400
@@ -100,6 +101,7 @@ class ContextOverflow(ProxyError):
         limit: int | None = None,
         provider_message: str = "",
         counts_output: bool = False,
+        sent_tokens: int | None = None,
         **kw: Any,
     ) -> None:
         # LangChain recognizes an overflow only when the message text names the code.
@@ -109,6 +111,7 @@ class ContextOverflow(ProxyError):
         self.limit = limit
         self.provider_message = provider_message
         self.counts_output = counts_output
+        self.sent_tokens = sent_tokens  # the estimated size of the request that overflowed, once known
 
 
 class ProviderError(ProxyError):

@@ -3,6 +3,8 @@
 Clients never have to change their code, so the id comes from whatever they already send: an explicit
 session header, a vendor's session header or body field, else a fingerprint of how the conversation
 starts (its first system and first user message), which stays the same while the history grows.
+Runs that start identically share a fingerprint; they are separate branches of that session, each
+with its own lock, state and trace chain (see ``proxy/runtime/branch.py``).
 """
 
 from __future__ import annotations
@@ -58,15 +60,20 @@ def _given_session_id(headers: Mapping[str, str], body: Mapping[str, Any]) -> tu
     for name in sorted(lowered):
         if _VENDOR_SESSION_HEADER.fullmatch(name) and lowered[name].strip():
             return lowered[name].strip(), f"header:{name}"
+    # Codex CLI sends its session UUID as `session-id` and `thread-id` (and as `prompt_cache_key`).
+    for name in ("session-id", "thread-id"):
+        if lowered.get(name, "").strip():
+            return lowered[name].strip(), f"header:{name}"
     metadata = body.get("metadata")
     if isinstance(metadata, Mapping):
         for key in ("session_id", "litellm_session_id"):
             value = metadata.get(key)
             if isinstance(value, str | int) and str(value).strip():
                 return str(value).strip(), f"body:metadata.{key}"
-    value = body.get("litellm_session_id")
-    if isinstance(value, str | int) and str(value).strip():
-        return str(value).strip(), "body:litellm_session_id"
+    for key in ("litellm_session_id", "prompt_cache_key"):
+        value = body.get(key)
+        if isinstance(value, str | int) and str(value).strip():
+            return str(value).strip(), f"body:{key}"
     return None, ""
 
 

@@ -1,7 +1,8 @@
 """The OpenAI chat-completions request as the proxy accepts it (pydantic).
 
-Validation only: the proxy forwards the client's own JSON, so fields it does not model (provider
-extensions, new OpenAI parameters) pass through untouched rather than being dropped by a re-dump.
+Validation only: the proxy forwards the client's own JSON, so the OpenAI fields it does not model pass
+through untouched rather than being re-dumped; which top-level fields may reach the provider at all is
+decided by ``proxy.client_params``.
 Cross-message rules that a provider would reject (orphan tool results, tool calls left without their
 results) are checked here so a bad request fails before anything is stored.
 """
@@ -10,11 +11,23 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
 
 from proxy.errors import InvalidRequest
 
 _Open = ConfigDict(extra="allow")
+# A JSON number (never a string or a bool), finite.
+_Number = Annotated[StrictFloat, Field(allow_inf_nan=False)]  # strict floats take ints too
 
 
 class TextPart(BaseModel):
@@ -40,15 +53,53 @@ class ImagePart(BaseModel):
     image_url: ImageUrl
 
 
-class OtherPart(BaseModel):
-    """Any other typed content part (input_audio, file, provider extensions): passed on as is."""
+class InputAudioPart(BaseModel):
+    """An audio content part (user messages only)."""
+
+    model_config = _Open
+    type: Literal["input_audio"]
+    input_audio: dict[str, Any]
+
+
+class FilePart(BaseModel):
+    """A file content part (user messages only)."""
+
+    model_config = _Open
+    type: Literal["file"]
+    file: dict[str, Any]
+
+
+class RefusalPart(BaseModel):
+    """A refusal content part (assistant messages only)."""
+
+    model_config = _Open
+    type: Literal["refusal"]
+    refusal: str
+
+
+class TextOnlyPart(BaseModel):
+    """A content part of a system, developer or tool message: OpenAI allows only text there."""
 
     model_config = _Open
     type: str
+    text: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_only(cls, value: Any) -> Any:
+        kind = value.get("type") if isinstance(value, dict) else None
+        if isinstance(kind, str) and kind != "text":
+            raise ValueError(f"content part type {kind!r} is not allowed in this role's message (only 'text')")
+        return value
 
 
-ContentPart = TextPart | ImagePart | OtherPart
-Content = str | list[ContentPart]
+# The part types OpenAI's schema allows for each role; a provider would reject any other with a 400
+# that reads like its own fault, so the proxy names the part before the call instead.
+UserPart = Annotated[TextPart | ImagePart | InputAudioPart | FilePart, Field(discriminator="type")]
+AssistantPart = Annotated[TextPart | RefusalPart, Field(discriminator="type")]
+Content = str | list[TextOnlyPart]
+UserContent = str | list[UserPart]
+AssistantContent = str | list[AssistantPart]
 
 
 class FunctionCall(BaseModel):
@@ -91,7 +142,7 @@ class UserMessage(BaseModel):
 
     model_config = _Open
     role: Literal["user"]
-    content: Content
+    content: UserContent
     name: str | None = None
 
 
@@ -100,7 +151,7 @@ class AssistantMessage(BaseModel):
 
     model_config = _Open
     role: Literal["assistant"]
-    content: Content | None = None
+    content: AssistantContent | None = None
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
 
@@ -130,25 +181,38 @@ Message = Annotated[
 
 
 class ChatCompletionRequest(BaseModel):
-    """``POST /v1/chat/completions``. Unknown fields are kept and forwarded to the provider."""
+    """``POST /v1/chat/completions``. Fields not modelled here are kept for ``proxy.client_params``."""
 
     model_config = _Open
     model: str = Field(min_length=1)
     messages: list[Message] = Field(min_length=1)
-    stream: bool | None = None
+    stream: StrictBool | None = None
     stream_options: dict[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    parallel_tool_calls: bool | None = None
+    tool_choice: StrictStr | dict[str, Any] | None = None
+    parallel_tool_calls: StrictBool | None = None
     response_format: dict[str, Any] | None = None
-    max_tokens: int | None = Field(default=None, gt=0)
-    max_completion_tokens: int | None = Field(default=None, gt=0)
-    temperature: float | None = None
-    top_p: float | None = None
-    n: int | None = Field(default=None, gt=0)
-    stop: str | list[str] | None = None
-    seed: int | None = None
-    user: str | None = None
+    # The ranges are OpenAI's schema's; NaN and infinities are refused like any other out-of-range value.
+    max_tokens: StrictInt | None = Field(default=None, gt=0)
+    max_completion_tokens: StrictInt | None = Field(default=None, gt=0)
+    temperature: _Number | None = Field(default=None, ge=0, le=2)
+    top_p: _Number | None = Field(default=None, ge=0, le=1)
+    presence_penalty: _Number | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: _Number | None = Field(default=None, ge=-2, le=2)
+    n: StrictInt | None = Field(default=None, ge=1, le=128)
+    logprobs: StrictBool | None = None
+    top_logprobs: StrictInt | None = Field(default=None, ge=0, le=20)
+    logit_bias: dict[str, _Number] | None = None
+    stop: StrictStr | list[StrictStr] | None = None
+    seed: StrictInt | None = None
+    store: StrictBool | None = None
+    user: StrictStr | None = None
+    safety_identifier: StrictStr | None = None
+    prompt_cache_key: StrictStr | None = None
+    reasoning_effort: StrictStr | None = None
+    verbosity: StrictStr | None = None
+    service_tier: StrictStr | None = None
+    modalities: list[StrictStr] | None = None
     metadata: dict[str, Any] | None = None
 
 
@@ -159,11 +223,34 @@ def parse_chat_request(body: Any) -> ChatCompletionRequest:
     try:
         request = ChatCompletionRequest.model_validate(body)
     except ValidationError as exc:
-        error = exc.errors(include_url=False)[0]
-        location = ".".join(str(part) for part in error["loc"])
+        # A union (string or parts, int or float) reports every branch; the deepest error is the one
+        # about what the client actually sent (a list's bad part, not "should be a valid string").
+        errors = exc.errors(include_url=False)
+        error = max(errors, key=lambda e: len(e["loc"]))
+        location = _location(error["loc"])
         raise InvalidRequest(f"Invalid request: {location}: {error['msg']}", param=location or None) from None
     check_tool_pairing(body["messages"])
     return request
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    """pydantic's error location as a request path (``messages.0.content.1.type``): the union branch
+    names it inserts (``list[...]``, ``str``, the tag of a message or part after its index) are not
+    part of the request."""
+    parts: list[str] = []
+    for index, part in enumerate(loc):
+        branch = isinstance(part, str) and ("[" in part or part in _BRANCH_NAMES)
+        tag = isinstance(part, str) and index > 0 and isinstance(loc[index - 1], int) and part in _TAGS
+        if not (branch or tag):
+            parts.append(str(part))
+    return ".".join(parts)
+
+
+_BRANCH_NAMES = frozenset({"str", "int", "float", "bool", "dict", "list", "none"})
+_TAGS = frozenset(
+    {"system", "developer", "user", "assistant", "tool", "function"}
+    | {"text", "image_url", "input_audio", "file", "refusal", "TextOnlyPart"}
+)
 
 
 def check_tool_pairing(messages: list[dict[str, Any]]) -> None:

@@ -24,6 +24,7 @@ from proxy.context.compactor import CompactionResult, HistoryCompactor, HistoryR
 from proxy.context.composer import DefaultContextMessageComposer
 from proxy.context.estimators import TurnEstimator
 from proxy.context.message_count import apply_message_count_cap
+from proxy.context.previews import READ_TOOL_OUTPUT
 from proxy.context.registry import ContextContributorRegistry
 from proxy.context.renderer import DeterministicSystemPromptRenderer, RenderedPrompt
 from proxy.context.state import PLAN, StateConfig, with_visibility
@@ -59,11 +60,13 @@ class AssemblyInput:
     history: Sequence[HistoryRecord]  # the canonical history, oldest first
     tools: Sequence[Mapping[str, Any]]  # the tools the model will be offered
     limit: int  # the effective input limit in tokens
+    nonce: str  # the session's framing nonce, on every hidden message and checkpoint (``nonce.py``)
     metadata: Mapping[str, Any] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)
     # Offered too, but only once references are in play (compaction left a preview or a checkpoint):
     # read_tool_output is useless before, and offering it early changes the tool list for nothing.
     reference_tools: Sequence[Mapping[str, Any]] = ()
+    reader: str = READ_TOOL_OUTPUT  # the name the tool-output reader is offered under; previews name it
     state: Mapping[str, Any] = field(default_factory=dict)
     options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     checkpoints: Sequence[Checkpoint] = ()
@@ -118,11 +121,13 @@ class ContextAssembler:
         state = self._visible_state(inp.state, history)
         tools = list(inp.tools)
         collection = await self._collect(registry, inp, leading + history, state, tools)
-        admitted, prompt = self._admit(collection, inp.limit, estimator)
+        admitted, prompt = self._admit(collection, inp, estimator)
         # Compaction plans as if the reference tools were offered: they may be, once it is done.
-        fixed = self._fixed_tokens(prompt, admitted, [*tools, *inp.reference_tools], estimator)
+        fixed = self._fixed_tokens(prompt, admitted, [*tools, *inp.reference_tools], estimator, inp.nonce)
         compaction = await self._compactor.compact(
             kept,
+            nonce=inp.nonce,
+            reader=inp.reader,
             limit=inp.limit,
             estimator=estimator,
             summarizer=summarizer,
@@ -140,8 +145,8 @@ class ContextAssembler:
             # Plan progress and skill visibility are judged against what the model will actually see.
             state = self._visible_state(inp.state, compaction.messages)
             collection = await self._collect(registry, inp, leading + list(compaction.messages), state, tools)
-            admitted, prompt = self._admit(collection, inp.limit, estimator)
-        fixed = self._fixed_tokens(prompt, admitted, tools, estimator)
+            admitted, prompt = self._admit(collection, inp, estimator)
+        fixed = self._fixed_tokens(prompt, admitted, tools, estimator, inp.nonce)
 
         window_history, checkpoint_message = compaction.history_and_checkpoint
         composer = DefaultContextMessageComposer()
@@ -152,16 +157,23 @@ class ContextAssembler:
             # The window dropped what compaction could not: judge visibility on what is really sent.
             state = self._visible_state(inp.state, window.messages)
             collection = await self._collect(registry, inp, leading + list(window.messages), state, tools)
-            admitted, prompt = self._admit(collection, inp.limit, estimator)
-            fixed = self._fixed_tokens(prompt, admitted, tools, estimator)
+            admitted, prompt = self._admit(collection, inp, estimator)
+            fixed = self._fixed_tokens(prompt, admitted, tools, estimator, inp.nonce)
             window = AtomicHistoryWindowPolicy().apply(
                 window_history, limit_tokens=inp.limit - fixed, estimator=estimator, checkpoint=checkpoint_message
             )
             recollected = True
         composed = composer.compose(
-            prompt.text, window.messages, admitted.messages, admitted.attachments, section_ids=prompt.section_ids
+            prompt.text,
+            window.messages,
+            admitted.messages,
+            admitted.attachments,
+            nonce=inp.nonce,
+            section_ids=prompt.section_ids,
         )
-        estimated = ContextValidator().validate(composed, limit_tokens=inp.limit, estimator=estimator, tools=tools)
+        estimated = ContextValidator().validate(
+            composed, limit_tokens=inp.limit, estimator=estimator, nonce=inp.nonce, tools=tools
+        )
         trace: dict[str, Any] = (
             _trace(inp, collection, admitted, prompt, compaction, window, composed.messages, recollected, tools)
             if self._config.detailed_trace
@@ -213,11 +225,11 @@ class ContextAssembler:
         return with_visibility(state, visible, self._config.state) if state else state
 
     def _admit(
-        self, collection: Collection, limit: int, estimator: TokenEstimator
+        self, collection: Collection, inp: AssemblyInput, estimator: TokenEstimator
     ) -> tuple[BudgetResult, RenderedPrompt]:
-        prompt_budget = max(1, limit * self._config.prompt_percent // 100)
-        message_budget = max(1, limit * self._config.message_percent // 100)
-        admitted = apply_context_budget(collection, prompt_budget, message_budget, estimator)
+        prompt_budget = max(1, inp.limit * self._config.prompt_percent // 100)
+        message_budget = max(1, inp.limit * self._config.message_percent // 100)
+        admitted = apply_context_budget(collection, prompt_budget, message_budget, estimator, nonce=inp.nonce)
         return admitted, DeterministicSystemPromptRenderer().render(admitted.sections)
 
     def _fixed_tokens(
@@ -226,9 +238,10 @@ class ContextAssembler:
         admitted: BudgetResult,
         tools: Sequence[Mapping[str, Any]],
         estimator: TokenEstimator,
+        nonce: str,
     ) -> int:
         """What the call costs besides the history: system prompt, tool schemas, contributed messages."""
-        hidden = DefaultContextMessageComposer().hidden_messages(admitted.messages, admitted.attachments)
+        hidden = DefaultContextMessageComposer().hidden_messages(admitted.messages, admitted.attachments, nonce=nonce)
         prompt_cost = estimator.count_message({"role": "system", "content": prompt.text}) if prompt.text else 0
         tool_cost = estimator.count_tools(tools) if tools else 0
         return prompt_cost + tool_cost + sum(estimator.count_message(m) for m in hidden)

@@ -51,10 +51,12 @@ def apply_context_budget(
     prompt_budget_tokens: int,
     message_budget_tokens: int,
     estimator: TokenEstimator,
+    *,
+    nonce: str,
 ) -> BudgetResult:
     """Admit the collection's sections within ``prompt_budget_tokens`` and its contributor messages and
-    attachments within ``message_budget_tokens``. Raises AssemblyFailed when protected sections alone
-    do not fit."""
+    attachments within ``message_budget_tokens`` (costed as the hidden messages they become under the
+    session's framing ``nonce``). Raises AssemblyFailed when protected sections alone do not fit."""
     for name, value in (
         ("prompt_budget_tokens", prompt_budget_tokens),
         ("message_budget_tokens", message_budget_tokens),
@@ -80,7 +82,7 @@ def apply_context_budget(
     used += _admit(others, prompt_budget_tokens - used, section_cost, _with_text, admitted, diagnostics, "section")
 
     def message_cost(item: ContextMessage | Attachment) -> int:
-        return estimator.count_message(hidden_message(item))
+        return estimator.count_message(hidden_message(item, nonce=nonce))
 
     messages: list[ContextMessage] = []
     spent = _admit(

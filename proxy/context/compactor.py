@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from proxy.canonical import chain_hashes, content_text
 from proxy.context.checkpoint import Checkpoint, build_summary_request, validate_checkpoint
 from proxy.context.pressure import Pressure, PressureConfig, measure_pressure
-from proxy.context.previews import PreviewPolicy, is_preview, is_valid_ref, preview_message
+from proxy.context.previews import READ_TOOL_OUTPUT, PreviewPolicy, is_preview, is_valid_ref, preview_message
 from proxy.context.types import TokenEstimator
 from proxy.context.units import RESULT_ROLES, Unit, anchor_unit, latest_step_start, split_units
 
@@ -145,9 +145,11 @@ class CompactionResult:
 class _Working:
     """The history being compacted: a verbatim head, the checkpoint, then visible entries from ``start``."""
 
-    def __init__(self, entries: Sequence[HistoryRecord], estimator: TokenEstimator) -> None:
+    def __init__(self, entries: Sequence[HistoryRecord], estimator: TokenEstimator, nonce: str, reader: str) -> None:
         self.entries = entries
         self.estimator = estimator
+        self.nonce = nonce  # the session's framing nonce, on the checkpoint message
+        self.reader = reader  # the name previews give the proxy's tool-output reader
         self.messages = [e.message for e in entries]
         self.units = split_units(self.messages)
         anchor = anchor_unit(self.messages, self.units)
@@ -168,7 +170,7 @@ class _Working:
 
     def set_checkpoint(self, checkpoint: Checkpoint, covers: int) -> None:
         self.checkpoint = checkpoint
-        self.checkpoint_cost = self.estimator.count_message(checkpoint.message())
+        self.checkpoint_cost = self.estimator.count_message(checkpoint.message(self.nonce))
         if checkpoint.split_chars:
             self.start = covers
             text = content_text(self.messages[covers].get("content"))
@@ -182,7 +184,7 @@ class _Working:
     def render(self) -> list[dict[str, Any]]:
         out = [dict(m) for m in self.messages[: self.head_end]]
         if self.checkpoint is not None:
-            out.append(self.checkpoint.message())
+            out.append(self.checkpoint.message(self.nonce))
         out.extend(dict(self.message(i)) for i in range(self.start, len(self.messages)))
         return out
 
@@ -210,6 +212,7 @@ class HistoryCompactor:
         self,
         history: Sequence[HistoryRecord],
         *,
+        nonce: str,
         limit: int,
         estimator: TokenEstimator,
         summarizer: Summarizer | None = None,
@@ -220,14 +223,16 @@ class HistoryCompactor:
         forced: bool = False,
         stated_limit: int | None = None,
         output_reserve: int = 0,
+        reader: str = READ_TOOL_OUTPUT,
     ) -> CompactionResult:
         """One compaction pass over ``history`` (the full canonical history, oldest first).
 
         ``fixed_tokens`` is what the system prompt, tool schemas and contributed data cost;
         ``checkpoints`` are the session's stored ones (any that covers a prefix is reused);
-        ``known_refs`` adds references the checkpoint may cite beyond those of ``history``.
+        ``known_refs`` adds references the checkpoint may cite beyond those of ``history``; ``nonce`` is
+        the session's framing nonce and ``reader`` the name its tool-output reader is offered under.
         """
-        work = _Working(history, estimator)
+        work = _Working(history, estimator, nonce, reader)
         before = fixed_tokens + sum(work.costs)
         pressure = measure_pressure(
             limit=limit,
@@ -280,7 +285,7 @@ class HistoryCompactor:
         ref = work.entries[i].tool_output_ref
         if not ref or not is_valid_ref(ref) or work.messages[i].get("role") not in RESULT_ROLES:
             return False
-        preview = preview_message(work.message(i), ref, self.config.preview)
+        preview = preview_message(work.message(i), ref, self.config.preview, reader=work.reader)
         # Characters shorter is not always tokens cheaper; a preview must never grow the history.
         if preview is None or work.estimator.count_message(preview) >= work.costs[i]:
             return False
@@ -346,7 +351,7 @@ class HistoryCompactor:
             source.append((head, None))
         estimator = work.estimator
         source_tokens = work.checkpoint_cost + sum(estimator.count_message(m) for m, _ in source)
-        request = build_summary_request(source, work.checkpoint, max_tokens=reserve)
+        request = build_summary_request(source, work.checkpoint, max_tokens=reserve, reader=work.reader)
         # What accepting a checkpoint removes and adds, so a summary can never grow the history.
         removed = work.checkpoint_cost + sum(work.costs[work.start : covers + 1])
         tail_cost = 0
@@ -369,7 +374,7 @@ class HistoryCompactor:
                 trace.rejections.append("invalid structure: " + "; ".join(report.issues))
                 continue
             checkpoint = Checkpoint(report.text, work.entries[covers].chain_hash, covers + 1 - work.head_end, plan.cut)
-            cost = estimator.count_message(checkpoint.message())
+            cost = estimator.count_message(checkpoint.message(work.nonce))
             if cost >= source_tokens:
                 trace.rejections.append(
                     f"checkpoint of {cost} tokens is not smaller than its source of {source_tokens}"

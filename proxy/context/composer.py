@@ -29,11 +29,13 @@ class DefaultContextMessageComposer:
     """System prompt + windowed history + hidden contributor messages, in that order."""
 
     def hidden_messages(
-        self, messages: Sequence[ContextMessage], attachments: Sequence[Attachment]
+        self, messages: Sequence[ContextMessage], attachments: Sequence[Attachment], *, nonce: str
     ) -> list[dict[str, Any]]:
-        """The hidden user messages for admitted contributor messages and attachments (useful to cost
-        them before the window runs)."""
-        return [hidden_message(m) for m in messages] + [hidden_message(a) for a in attachments]
+        """The hidden user messages for admitted contributor messages and attachments, under the
+        session's framing ``nonce`` (useful to cost them before the window runs)."""
+        return [hidden_message(m, nonce=nonce) for m in messages] + [
+            hidden_message(a, nonce=nonce) for a in attachments
+        ]
 
     def compose(
         self,
@@ -42,6 +44,7 @@ class DefaultContextMessageComposer:
         messages: Sequence[ContextMessage] = (),
         attachments: Sequence[Attachment] = (),
         *,
+        nonce: str,
         section_ids: Sequence[str] = (),
     ) -> ComposedContext:
         """Compose one call's messages; an empty ``system_prompt`` adds no system message."""
@@ -50,5 +53,5 @@ class DefaultContextMessageComposer:
             out.append({"role": "system", "content": system_prompt})
         out.extend(dict(m) for m in history)
         start = len(out)
-        out.extend(self.hidden_messages(messages, attachments))
+        out.extend(self.hidden_messages(messages, attachments, nonce=nonce))
         return ComposedContext(tuple(out), tuple(range(start, len(out))), tuple(section_ids))

@@ -6,12 +6,13 @@ inject its exact tokenizer without changing anything else.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from proxy.canonical import canonical_message, content_text, message_hash, stable_json
+from proxy.canonical import canonical_message, content_text, message_digest, stable_json
 from proxy.context.cjk_costs import cost_table
 from proxy.context.types import TokenEstimator
 
@@ -152,34 +153,39 @@ def _count_message(estimator: TokenEstimator, message: Mapping[str, Any], overhe
 class CachingEstimator:
     """Wraps an estimator and caches its counts, so a turn only pays for what is new.
 
-    Messages are cached by their canonical content: the same fields :func:`~proxy.canonical.message_hash`
-    hashes, used directly as a tuple key when the content is plain text (hashing a tuple of the
-    existing strings is far cheaper than serializing and SHA-256-ing each message twice a turn), and
-    the message hash otherwise. Equal keys always mean equal canonical messages, so a hit is never
-    wrong; cosmetic variants at worst miss. Texts (sections, the system prompt) and tool lists are
-    cached by their text. One instance should live as long as the session's estimates stay valid.
+    Every entry is keyed by a 17-byte digest, never by the text: messages by
+    :func:`~proxy.canonical.message_digest` (equal digests mean equal canonical messages, so a hit is
+    never wrong; cosmetic variants at worst miss), texts (sections, the system prompt) and tool lists by
+    a BLAKE2b digest of their text. Keys and values are small and of fixed size, which is why an entry
+    count bounds the cache's bytes: at most ``max_entries * ENTRY_BYTES``, however large the messages
+    (a process serving hundreds of sessions with 200 KB tool outputs must not keep those outputs alive
+    through its cache keys). One instance should live as long as the estimates stay valid.
     """
 
-    def __init__(self, inner: TokenEstimator, *, max_entries: int = 50_000) -> None:
+    # Measured with tracemalloc: a 17-byte key, its int and the dict slot come to about 140 bytes;
+    # ints above 256 are separate objects. Rounded up, so the bound stated above holds.
+    ENTRY_BYTES = 200
+
+    def __init__(self, inner: TokenEstimator, *, max_entries: int = 100_000) -> None:
         self.inner = inner
         self.max_entries = max_entries
         self.hits = 0
         self.misses = 0
-        self._cache: dict[Hashable, int] = {}
+        self._cache: dict[bytes, int] = {}
 
     def count_text(self, text: str) -> int:
-        """Cached by the text itself."""
-        return self._cached(("text", text), lambda: self.inner.count_text(text))
+        """Cached by a digest of the text."""
+        return self._cached(_TEXT + _digest(text), lambda: self.inner.count_text(text))
 
     def count_message(self, message: Mapping[str, Any]) -> int:
         """Cached per canonical message content."""
-        return self._cached(_message_key(message), lambda: self.inner.count_message(message))
+        return self._cached(message_digest(message), lambda: self.inner.count_message(message))
 
     def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
-        """Cached by the tools' stable JSON."""
-        return self._cached(("tools", stable_json(list(tools))), lambda: self.inner.count_tools(tools))
+        """Cached by a digest of the tools' stable JSON."""
+        return self._cached(_TOOLS + _digest(stable_json(list(tools))), lambda: self.inner.count_tools(tools))
 
-    def _cached(self, key: Hashable, compute: Callable[[], int]) -> int:
+    def _cached(self, key: bytes, compute: Callable[[], int]) -> int:
         cached = self._cache.get(key)
         if cached is not None:
             self.hits += 1
@@ -193,21 +199,12 @@ class CachingEstimator:
         return value
 
 
-def _message_key(message: Mapping[str, Any]) -> Hashable:
-    """A cache key that is equal only for messages with equal canonical form (see CachingEstimator)."""
-    content = message.get("content")
-    if message.get("function_call") is None and (content is None or isinstance(content, str)):
-        try:
-            calls = tuple(
-                (call["id"], call.get("type"), call["function"].get("name"), call["function"].get("arguments"))
-                for call in message.get("tool_calls") or ()
-            )
-            key = ("message", message.get("role"), content, message.get("name"), message.get("tool_call_id"), calls)
-            hash(key)  # raises TypeError for unhashable values (e.g. arguments sent as an object)
-            return key
-        except (KeyError, TypeError, AttributeError):
-            pass  # an unusual shape: the canonical hash handles it
-    return ("hash", message_hash(message))
+# Key prefixes: message digests start with b"f" or b"c" (see message_digest), so the spaces never meet.
+_TEXT, _TOOLS = b"t", b"T"
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 class TurnEstimator:

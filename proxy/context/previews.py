@@ -4,7 +4,9 @@ The preview tells the model how big the output was, shows its first and last lin
 over-wide line such as compressed JSON, its first and last characters), says exactly which part was
 left out in the units ``read_tool_output`` takes, and names the reference as plain ``ref=<REF>``.
 
-A preview is a pure function of the body, the reference and the policy: the same input gives the same
+The reader is named as the session offers it: ``read_tool_output``, or another name when the client
+declares a tool of that name (``proxy/runtime/proxy_tools.py``). A preview is a pure function of the
+body, the reference, the reader's name and the policy: the same input gives the same
 bytes, so a history compacted the same way on the next turn keeps the provider's prompt cache hitting.
 A body without a retrievable reference is never previewed (the caller keeps it for the summarizer),
 and a body is never replaced by a preview that is not shorter than it.
@@ -24,6 +26,8 @@ REF_PATTERN = re.compile(r"[A-Za-z0-9_.:-]+")
 # is not part of it, hence the trimming in ``refs_in``.
 REF_MENTION = re.compile(r"\bref=([A-Za-z0-9_.:-]+)")
 PREVIEW_PREFIX = "[tool output compacted: "
+# The reader's own name; ``tool_output_reader.py`` defines its schema under it.
+READ_TOOL_OUTPUT = "read_tool_output"
 ELLIPSIS = "…"
 
 
@@ -77,7 +81,9 @@ def _side(lines: list[str], policy: PreviewPolicy, *, from_end: bool) -> list[st
     return list(reversed(picked)) if from_end else picked
 
 
-def render_preview(body: str, ref: str, policy: PreviewPolicy | None = None) -> str | None:
+def render_preview(
+    body: str, ref: str, policy: PreviewPolicy | None = None, *, reader: str = READ_TOOL_OUTPUT
+) -> str | None:
     """The preview text for ``body`` stored under ``ref``, or ``None`` if it would not be shorter.
 
     Several lines: the first and last lines, with ``[lines a-b omitted]`` between (1-based, inclusive,
@@ -88,7 +94,7 @@ def render_preview(body: str, ref: str, policy: PreviewPolicy | None = None) -> 
         raise ValueError(f"invalid tool-output reference {ref!r}")
     policy = policy or PreviewPolicy()
     lines = body.split("\n")
-    how = f"read the rest with read_tool_output(ref={ref}, query=... | start_line/end_line | start_char/end_char)"
+    how = f"read the rest with {reader}(ref={ref}, query=... | start_line/end_line | start_char/end_char)"
     if len(lines) == 1:
         n = len(body)
         side = policy.side_chars
@@ -110,7 +116,9 @@ def render_preview(body: str, ref: str, policy: PreviewPolicy | None = None) -> 
     return text if len(text) < len(body) else None
 
 
-def preview_message(message: Mapping[str, Any], ref: str, policy: PreviewPolicy | None = None) -> dict[str, Any] | None:
+def preview_message(
+    message: Mapping[str, Any], ref: str, policy: PreviewPolicy | None = None, *, reader: str = READ_TOOL_OUTPUT
+) -> dict[str, Any] | None:
     """A copy of the tool ``message`` with its body replaced by the preview, or ``None`` to leave it.
 
     Everything but ``content`` (role, ``tool_call_id``, name) is kept, so the call/result structure
@@ -119,7 +127,7 @@ def preview_message(message: Mapping[str, Any], ref: str, policy: PreviewPolicy 
     body = content_text(message.get("content"))
     if is_preview(body):
         return None
-    text = render_preview(body, ref, policy)
+    text = render_preview(body, ref, policy, reader=reader)
     if text is None:
         return None
     out = dict(message)

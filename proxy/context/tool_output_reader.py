@@ -21,9 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from proxy.context.previews import is_valid_ref
-
-READ_TOOL_OUTPUT = "read_tool_output"
+from proxy.context.previews import READ_TOOL_OUTPUT, is_valid_ref
 
 READ_TOOL_OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "function",

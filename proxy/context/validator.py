@@ -1,11 +1,13 @@
 """``ContextValidator``: the last check of a composed model input before it reaches the provider.
 
-It re-checks what the earlier stages promise (roles, tool pairing, the limit, hidden-message markers,
-no contributor-made assistant or tool messages) and reports every problem at once.
+It re-checks what the earlier stages promise (roles, tool pairing, the limit, hidden-message markers
+carrying the session's framing nonce, no contributor-made assistant or tool messages) and reports
+every problem at once.
 """
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,11 +29,13 @@ class ContextValidator:
         *,
         limit_tokens: int,
         estimator: TokenEstimator,
+        nonce: str,
         tools: Sequence[Mapping[str, Any]] = (),
     ) -> int:
-        """Check ``composed`` (plus ``tools``) against the protocol and ``limit_tokens``; return the estimate."""
+        """Check ``composed`` (plus ``tools``) against the protocol, the session's framing ``nonce`` and
+        ``limit_tokens``; return the estimate."""
         messages = composed.messages
-        problems = _role_problems(messages) + _pairing_problems(messages) + _hidden_problems(composed)
+        problems = _role_problems(messages) + _pairing_problems(messages) + _hidden_problems(composed, nonce)
         total = sum(estimator.count_message(m) for m in messages) + (estimator.count_tools(tools) if tools else 0)
         if total > limit_tokens:
             problems.append(f"estimated {total} tokens, over the limit of {limit_tokens}")
@@ -83,7 +87,7 @@ def _pairing_problems(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     return problems
 
 
-def _hidden_problems(composed: ComposedContext) -> list[str]:
+def _hidden_problems(composed: ComposedContext, nonce: str) -> list[str]:
     problems: list[str] = []
     for i in composed.hidden_indices:
         if not 0 <= i < len(composed.messages):
@@ -96,6 +100,9 @@ def _hidden_problems(composed: ComposedContext) -> list[str]:
             problems.append(f"message {i}: contributor message is not a plain user message")
             continue
         content = message.get("content")
-        if not isinstance(content, str) or not HIDDEN_MESSAGE.fullmatch(content):
+        match = HIDDEN_MESSAGE.fullmatch(content) if isinstance(content, str) else None
+        if match is None:
             problems.append(f"message {i}: malformed hidden context marker")
+        elif not hmac.compare_digest(match["nonce"], nonce):
+            problems.append(f"message {i}: hidden context marker does not carry the session's framing nonce")
     return problems

@@ -38,6 +38,8 @@ from proxy.demo.scripted_provider import Reply, ScriptedProvider, ToolCall, serv
 DEFAULT_DIR = Path(".tmp/context-examples")
 PROVIDER_PLACEHOLDER = "http://scripted-provider"
 TMP_PLACEHOLDER = "<tmp>"
+# Pinned so that two runs write the same framing nonces; a served proxy takes its secret from the store.
+FRAMING_SECRET = b"context-proxy examples: a fixed framing secret"
 MODEL = "lab-model"
 EXAMPLES = ("01-main-skill-deferred-tool", "02-subagent-compaction", "03-reviewer-shadow")
 SKILLS = {
@@ -211,7 +213,12 @@ def _run(example: Example, data_dir: Path, target: Path, tmp_root: Path) -> None
         )
         shipped = Settings.from_env(environ={})  # the shipped defaults, whatever this shell has set
         settings = dataclasses.replace(
-            shipped, data_dir=data_dir, models=(route,), trace_enabled=True, **example.settings
+            shipped,
+            data_dir=data_dir,
+            models=(route,),
+            trace_enabled=True,
+            framing_secret=FRAMING_SECRET,
+            **example.settings,
         )
         from proxy.app import create_app
 

@@ -45,6 +45,16 @@ class Reply:
     error_status: int | None = None
     error_body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
+    break_after: int | None = None  # a stream breaks off (connection cut) after this many chunks
+    # Faults of a provider that answers 200 with something that is not an answer: ``body`` is sent as
+    # the JSON answer (a stream request gets its items as SSE events, then [DONE]); ``cut_after`` closes
+    # the connection after that many bytes of the answer, mid-body.
+    body: Any = None
+    cut_after: int | None = None
+
+
+class BrokenStream(Exception):
+    """Raised inside a scripted stream to cut the connection mid-body, as a crashing provider does."""
 
 
 Script = Callable[[dict[str, Any]], Reply]
@@ -58,10 +68,15 @@ def estimate_prompt_tokens(body: dict[str, Any]) -> int:
 class ScriptedProvider:
     """The provider's behaviour: a script, an optional context window, and the record of requests."""
 
-    def __init__(self, script: Script, *, context_window: int | None = None, chunk_delay: float = 0.0) -> None:
+    def __init__(
+        self, script: Script, *, context_window: int | None = None, chunk_delay: float = 0.0, latency: float = 0.0
+    ) -> None:
         self.script = script
         self.context_window = context_window
         self.chunk_delay = chunk_delay  # seconds between stream chunks, to let a test disconnect mid-stream
+        self.latency = latency  # seconds before every answer, like a real model's time to respond
+        self.most_concurrent = 0  # the most requests ever waiting out ``latency`` at once
+        self._waiting = 0
         self.history: list[dict[str, Any]] = []
         self.streams_finished = 0
         self.streams_abandoned = 0  # the caller went away before the last chunk
@@ -86,12 +101,16 @@ class ScriptedProvider:
         with self._lock:
             self.history.append(body)
             number = len(self.history)
+        if self.latency:
+            await self._respond_later()
         prompt_tokens = estimate_prompt_tokens(body)
         if self.context_window is not None and prompt_tokens > self.context_window:
             return JSONResponse(_overflow_body(self.context_window, prompt_tokens), status_code=400)
         reply = self.script(body)
         if reply.error_status is not None:
             return JSONResponse(reply.error_body, status_code=reply.error_status, headers=reply.headers)
+        if reply.body is not None:
+            return _raw_answer(reply.body, bool(body.get("stream")), reply.cut_after)
         completion_id = f"chatcmpl-scripted-{number}"
         message = _message(reply, number)
         completion_tokens = max(1, len(json.dumps(message)) // 4)
@@ -106,7 +125,7 @@ class ScriptedProvider:
             chunks = _stream_chunks(
                 completion_id, body.get("model", ""), message, finish, usage if include_usage else None
             )
-            return StreamingResponse(self._sse(chunks), media_type="text/event-stream")
+            return StreamingResponse(self._sse(chunks, reply.break_after), media_type="text/event-stream")
         return JSONResponse(
             {
                 "id": completion_id,
@@ -119,10 +138,23 @@ class ScriptedProvider:
             }
         )
 
-    async def _sse(self, chunks: Iterator[dict[str, Any]]) -> AsyncIterator[str]:
+    async def _respond_later(self) -> None:
+        # Asleep, not blocking: concurrent requests overlap as at a provider, and the overlap is counted.
+        with self._lock:
+            self._waiting += 1
+            self.most_concurrent = max(self.most_concurrent, self._waiting)
+        try:
+            await asyncio.sleep(self.latency)
+        finally:
+            with self._lock:
+                self._waiting -= 1
+
+    async def _sse(self, chunks: Iterator[dict[str, Any]], break_after: int | None = None) -> AsyncIterator[str]:
         finished = False
         try:
-            for item in chunks:
+            for number, item in enumerate(chunks):
+                if number == break_after:
+                    raise BrokenStream(f"scripted break after {number} chunks")
                 yield f"data: {json.dumps(item)}\n\n"
                 await asyncio.sleep(self.chunk_delay)
             yield "data: [DONE]\n\n"
@@ -133,6 +165,25 @@ class ScriptedProvider:
                     self.streams_finished += 1
                 else:
                     self.streams_abandoned += 1
+
+
+def _raw_answer(answer: Any, stream: bool, cut_after: int | None) -> Response:
+    if stream:
+        items = answer if isinstance(answer, list) else [answer]
+        payload = "".join(f"data: {json.dumps(item)}\n\n" for item in items) + "data: [DONE]\n\n"
+        media_type = "text/event-stream"
+    else:
+        payload, media_type = json.dumps(answer), "application/json"
+    if cut_after is None:
+        return Response(payload, media_type=media_type)
+
+    async def cut() -> AsyncIterator[bytes]:
+        yield payload.encode()[:cut_after]
+        # Raising inside a chunked body makes the server drop the connection without its last chunk:
+        # the client sees a body that broke off, as when a provider's process dies mid-answer.
+        raise ConnectionAbortedError("scripted provider: answer cut mid-body")
+
+    return StreamingResponse(cut(), media_type=media_type)
 
 
 def _overflow_body(window: int, used: int) -> dict[str, Any]:

@@ -7,12 +7,14 @@ app another.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from proxy.config import Mode, ModelRoute
 from proxy.identity import SessionIdentity
+from proxy.runtime.branch import BranchTurn
 from proxy.runtime.limits import ModelLimits
 from proxy.session.store import Reconciliation
 
@@ -31,7 +33,10 @@ class TurnRequest:
     turn: int
     forced: bool = False  # a forced pressure pass after a provider overflow
     stated_limit: int | None = None  # the window the provider stated in its overflow message
-    ingress: Mapping[str, Any] = field(default_factory=dict)  # what a non-chat ingress translated (trace)
+    branch: BranchTurn | None = None  # where on its branch this call is (traced); None when not counted
+    # One client request, the same over its proxy-owned rounds: what keeps its proxy steps its own.
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    ingress: Mapping[str, Any] | None = None  # a non-chat ingress's notes on its translation (for the trace)
 
 
 @dataclass

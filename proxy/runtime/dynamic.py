@@ -2,7 +2,17 @@
 persists what the pipeline decided (a new checkpoint, which bodies are previewed).
 
 Proxy-owned tool steps are not in the client's history (the client never saw them); they are stored
-anchored at the message they followed and put back in place here, so the model keeps seeing them.
+under a key of their own request and put back in place here, so the model keeps seeing them. A later
+request finds them through the answer they led to: when the request ends, the branch state at the
+chain hash of (its head, the answer the client got) links its head to its steps. Two identical
+requests (two pass@k runs' first turns) therefore never replay each other's steps, unless the model
+also answered both identically, when the two runs are the same history from then on. An answer
+relayed live cannot be hashed before the client has it; its steps are linked at the head instead.
+
+What the pipeline decided (which bodies are previewed, when summarizing may be tried again, where
+proxy steps were taken) is branch state: written at the request's head and read from the nearest
+prefix of the request's own chain that has it. Runs that open alike (one fingerprint, many branches)
+each see their own decisions, and a client that rewinds sees the state as of the point it rewound to.
 """
 
 from __future__ import annotations
@@ -17,6 +27,8 @@ from proxy.canonical import chain_hash
 from proxy.config import ModelRoute, Settings
 from proxy.context.assembler import AssemblyInput, ContextAssembler
 from proxy.context.checkpoint import Checkpoint
+from proxy.context.nonce import session_nonce
+from proxy.context.previews import READ_TOOL_OUTPUT
 from proxy.context.state import SKILL_HEADER, StateConfig, derive_state
 from proxy.runtime.assembly import Candidate, TurnRequest
 from proxy.runtime.provider import ProviderBackend
@@ -24,14 +36,28 @@ from proxy.runtime.proxy_tools import ProxyToolbox, ToolContext
 from proxy.runtime.summarizer import ModelSummarizer
 from proxy.session.store import SessionStore, SkillRef, tool_output_ref
 
-SESSION_WIDE = ""  # the chain hash under which session-wide state (not tied to a prefix) is kept
 PREVIEWED_REFS = "compaction.previewed_refs"
-INTERNAL_ANCHORS = "internal_steps.anchors"
+INTERNAL_ANCHORS = "internal_steps.anchors"  # {chain hash a step followed: its steps' key}
+LEGACY_SESSION_WIDE = ""  # where releases before branch state kept it: read as the root of every chain
 SUMMARY_RETRY_AFTER = "compaction.summary_retry_after"
 # After a summarization fails (the model errs or writes an unusable checkpoint), the deterministic
 # trimming stands and summarizing is not tried again until the history has grown this much: otherwise
 # every later turn would pay for the same failing model call.
 SUMMARY_RETRY_MESSAGES = 20
+# Header names that carry credentials (the proxy's master key, a provider key a client forwards,
+# cookies): contributors are plugins, possibly third-party, and never see them. Matched as parts of
+# the lower-cased name, so vendor variants (x-goog-api-key, x-amz-security-token) are covered too.
+_CREDENTIAL_HEADER_PARTS = (
+    "auth",
+    "cookie",
+    "api-key",
+    "apikey",
+    "api_key",
+    "token",
+    "secret",
+    "password",
+    "credential",
+)
 
 
 @dataclass(frozen=True)
@@ -56,6 +82,7 @@ class DynamicAssembler:
         summary_route: Callable[[ModelRoute], ModelRoute],
         deferred: DeferredToolPolicy,
         state_config: StateConfig,
+        framing_secret: bytes,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -65,6 +92,7 @@ class DynamicAssembler:
         self._summary_route = summary_route
         self._deferred = deferred
         self._state_config = state_config
+        self._framing_secret = framing_secret
 
     async def assemble(self, request: TurnRequest) -> Candidate:
         """The assembled candidate for this turn; also persists checkpoints and previewed references."""
@@ -77,9 +105,9 @@ class DynamicAssembler:
         tools += [dict(tool.schema) for tool in proxy_tools if not tool.needs_references]
         reference_tools = [dict(tool.schema) for tool in proxy_tools if tool.needs_references]
         checkpoints, unreadable = _readable_checkpoints(await self._store.checkpoints(context_id))
-        previewed = await self._store.state(context_id, SESSION_WIDE, PREVIEWED_REFS) or []
+        previewed = await self._branch_state(request, PREVIEWED_REFS) or []
         limits = request.limits
-        retry_after = await self._store.state(context_id, SESSION_WIDE, SUMMARY_RETRY_AFTER)
+        retry_after = await self._branch_state(request, SUMMARY_RETRY_AFTER)
         may_summarize = request.forced or retry_after is None or len(history) >= retry_after
         summarizer = ModelSummarizer(self._backend, self._summary_route(request.route))
         output = await self._pipeline.assemble(
@@ -91,9 +119,11 @@ class DynamicAssembler:
                 history=history,
                 tools=tools,
                 reference_tools=reference_tools,
+                reader=self._toolbox.session_name(READ_TOOL_OUTPUT, context.client_tools) or READ_TOOL_OUTPUT,
                 limit=limits.effective_input_tokens,
+                nonce=session_nonce(self._framing_secret, context_id),
                 metadata=_mapping(request.body.get("metadata")),
-                headers=request.headers,
+                headers=contributor_headers(request.headers),
                 options=self._settings.contributor_options,
                 state=context.state,
                 checkpoints=checkpoints,
@@ -107,12 +137,12 @@ class DynamicAssembler:
         summary_failed = bool(summarizer.calls) and output.new_checkpoint is None
         if summary_failed or (retry_after is not None and output.new_checkpoint is not None):
             next_try = len(history) + SUMMARY_RETRY_MESSAGES if summary_failed else None
-            await self._store.put_state(context_id, SESSION_WIDE, SUMMARY_RETRY_AFTER, next_try)
+            await self._store.put_state(context_id, _head(request), SUMMARY_RETRY_AFTER, next_try)
         if output.new_checkpoint is not None:
             checkpoint = output.new_checkpoint
             await self._store.put_checkpoint(context_id, checkpoint.covers_hash, checkpoint.to_record())
         if list(output.previewed_refs) != list(previewed):
-            await self._store.put_state(context_id, SESSION_WIDE, PREVIEWED_REFS, list(output.previewed_refs))
+            await self._store.put_state(context_id, _head(request), PREVIEWED_REFS, list(output.previewed_refs))
         record = {"path": "dynamic", **output.trace, "summarizerCalls": summarizer.calls}
         if not may_summarize:
             record["summaryBackoff"] = {"retryAfterMessages": retry_after, "historyMessages": len(history)}
@@ -163,7 +193,7 @@ class DynamicAssembler:
             if skill is not None:
                 ref = SkillRef(skill["name"], skill["revision"], request.reconciliation.head_hash)
                 await self._store.put_skill_ref(context_id, ref)
-        await self.record_internal_step(context_id, request.reconciliation.head_hash, step)
+        await self.record_internal_step(request, step)
 
     async def history(self, request: TurnRequest) -> list[HistoryItem]:
         """The canonical history of this request, with proxy-owned steps put back in place.
@@ -174,24 +204,64 @@ class DynamicAssembler:
         context_id = request.identity.context_id
         hashes = request.reconciliation.chain_hashes
         messages = request.body["messages"]
-        anchors = set(await self._store.state(context_id, SESSION_WIDE, INTERNAL_ANCHORS) or [])
+        anchors = await self._anchors(request)
+        own = _own_steps_key(request)
         items: list[HistoryItem] = []
         for message, prefix in zip(messages, hashes, strict=True):
             ref = tool_output_ref(prefix) if message.get("role") == "tool" else None
             items.append(HistoryItem(message, prefix, ref))
-            if prefix in anchors:
-                previous = prefix
-                for step in await self._store.internal_steps(context_id, prefix):
+            keys = [anchors[prefix]] if prefix in anchors else []
+            if prefix == hashes[-1]:
+                keys.append(own)  # this request's own rounds so far
+            previous = prefix
+            for key in keys:
+                for step in await self._store.internal_steps(context_id, key):
                     previous = chain_hash(previous, step)  # a stable name, so checkpoints can cover it
                     items.append(HistoryItem(step, previous))
         return items
 
-    async def record_internal_step(self, context_id: str, anchor_hash: str, messages: list[dict[str, Any]]) -> None:
-        """Store a proxy-owned tool step after ``anchor_hash`` so later calls see it in place."""
-        await self._store.put_internal_steps(context_id, anchor_hash, messages)
-        anchors = list(await self._store.state(context_id, SESSION_WIDE, INTERNAL_ANCHORS) or [])
-        if anchor_hash not in anchors:
-            await self._store.put_state(context_id, SESSION_WIDE, INTERNAL_ANCHORS, [*anchors, anchor_hash])
+    async def record_internal_step(self, request: TurnRequest, messages: list[dict[str, Any]]) -> None:
+        """Store a proxy-owned tool step of this request, after its last message, where its next rounds see it."""
+        await self._store.put_internal_steps(request.identity.context_id, _own_steps_key(request), messages)
+
+    async def link_proxy_steps(self, request: TurnRequest, answer: dict[str, Any] | None) -> None:
+        """Make this request's proxy steps part of the branch that continues with ``answer`` (the message the
+        client got); ``None`` for an answer relayed live, whose steps are linked at the request's head."""
+        anchors = await self._anchors(request)
+        anchors[_head(request)] = _own_steps_key(request)
+        at = _head(request) if answer is None else chain_hash(_head(request), answer)
+        await self._store.put_state(request.identity.context_id, at, INTERNAL_ANCHORS, anchors)
+
+    async def _anchors(self, request: TurnRequest) -> dict[str, str]:
+        stored = await self._branch_state(request, INTERNAL_ANCHORS)
+        if isinstance(stored, list):  # an earlier release: steps keyed by the chain hash they followed
+            return {anchor: anchor for anchor in stored if isinstance(anchor, str)}
+        return dict(stored) if isinstance(stored, dict) else {}
+
+    async def _branch_state(self, request: TurnRequest, channel: str) -> Any | None:
+        """The channel's value as of this request's branch: at its nearest prefix that has one."""
+        chain = (LEGACY_SESSION_WIDE, *request.reconciliation.chain_hashes)
+        found = await self._store.state_along(request.identity.context_id, chain, channel)
+        return None if found is None else found.value
+
+
+def _head(request: TurnRequest) -> str:
+    """Where this turn's branch state is written: the chain hash of the request's last message."""
+    return request.reconciliation.head_hash
+
+
+def _own_steps_key(request: TurnRequest) -> str:
+    """The key this request's proxy steps are stored under: unique to the request, stable over its rounds."""
+    return f"{_head(request)}/{request.request_id}"
+
+
+def contributor_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The request's headers a contributor may see: every one except those carrying credentials."""
+    return {
+        name: value
+        for name, value in headers.items()
+        if not any(part in name.lower() for part in _CREDENTIAL_HEADER_PARTS)
+    }
 
 
 def _readable_checkpoints(stored: Mapping[str, Any]) -> tuple[list[Checkpoint], list[str]]:

@@ -1,7 +1,11 @@
-"""A model's token limits, resolved once per route from the settings, the config and litellm's model map."""
+"""A model's token limits: resolved per route from the settings, the config and litellm's model map, then
+corrected for an hour by what a provider states in an overflow error, when the statement is believable.
+"""
 
 from __future__ import annotations
 
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -13,6 +17,15 @@ FALLBACK_MAX_TOKENS = 128_000
 DEFAULT_OUTPUT_RESERVE = 4096
 
 ModelMapLookup = Callable[[str], tuple[int | None, int | None]]  # model -> (max input, max output)
+
+# A limit a provider stated is believed for an hour: long enough to stop re-overflowing every turn,
+# short enough that a transient or wrong statement (a proxy in front of the provider, a redeploy with a
+# larger window) heals without a restart.
+LEARNED_LIMIT_SECONDS = 3600.0
+# No statement shrinks a window below this many tokens, nor below a quarter of the configured window.
+MIN_LEARNED_TOKENS = 1024
+# Client model names resolved without a model_list: any string a client sends, so only a few are kept.
+UNROUTED_CACHE_SIZE = 32
 
 
 @dataclass(frozen=True)
@@ -59,3 +72,59 @@ def resolve_limits(settings: Settings, route: ModelRoute, lookup: ModelMapLookup
         effective_input_tokens=effective,
         source=source,
     )
+
+
+class RouteLimits:
+    """Each route's limits, and the smaller windows providers stated in believable overflow errors.
+
+    The window learned is the stated one, raised to the floor ``max(MIN_LEARNED_TOKENS, configured
+    window / 4)``; it is learned only when it is consistent with the request that overflowed (below the
+    estimated size of what was sent: an error that cannot be true of that request teaches nothing),
+    only for a route of the operator's ``model_list`` (client-chosen model names must not grow state),
+    and for ``LEARNED_LIMIT_SECONDS``.
+    """
+
+    def __init__(self, settings: Settings, lookup: ModelMapLookup, clock: Callable[[], float] = time.monotonic) -> None:
+        self._settings = settings
+        self._lookup = lookup
+        self._clock = clock
+        self._configured = {route.model_name for route in settings.models}
+        self._resolved: dict[str, ModelLimits] = {}  # routes of the model_list: bounded by it
+        self._unrouted: OrderedDict[str, ModelLimits] = OrderedDict()
+        self._learned: dict[str, tuple[int, float]] = {}  # route name -> (model max tokens, expiry)
+
+    def get(self, route: ModelRoute) -> ModelLimits:
+        """The route's limits now: the configured ones, or a learned smaller window until it expires."""
+        base = self._base(route)
+        learned = self._learned.get(route.model_name)
+        if learned is None:
+            return base
+        limit, expires_at = learned
+        if self._clock() >= expires_at:
+            del self._learned[route.model_name]
+            return base
+        return base.with_model_max(limit, source="provider_error")
+
+    def learn(self, route: ModelRoute, stated: int | None, sent_tokens: int | None) -> bool:
+        """Remember a window a provider stated after ``sent_tokens`` (estimated) overflowed it; True
+        when the route's limit is now smaller."""
+        if stated is None or sent_tokens is None or route.model_name not in self._configured:
+            return False
+        base = self._base(route)
+        limit = max(stated, MIN_LEARNED_TOKENS, base.model_max_tokens // 4)
+        if limit >= sent_tokens:
+            return False  # that request fits the window to learn: the statement cannot be about it
+        if limit >= self.get(route).model_max_tokens:
+            return False
+        self._learned[route.model_name] = (limit, self._clock() + LEARNED_LIMIT_SECONDS)
+        return True
+
+    def _base(self, route: ModelRoute) -> ModelLimits:
+        configured = route.model_name in self._configured
+        cache = self._resolved if configured else self._unrouted
+        limits = cache.get(route.model_name)
+        if limits is None:
+            limits = cache[route.model_name] = resolve_limits(self._settings, route, self._lookup)
+            if len(self._unrouted) > UNROUTED_CACHE_SIZE:
+                self._unrouted.popitem(last=False)  # the oldest client-chosen name
+        return limits

@@ -11,7 +11,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
-from proxy.errors import ProxyError
+from proxy.errors import ProviderError, ProxyError
 from proxy.offline import prepare_offline_environment
 from proxy.runtime.provider_errors import translate_provider_error
 from proxy.runtime.serialize import StreamSerializer, response_to_openai
@@ -48,9 +48,15 @@ class LiteLLMBackend:
         return info.get("max_input_tokens"), info.get("max_output_tokens")
 
     def _arguments(self, llm_input: dict[str, Any]) -> dict[str, Any]:
-        # Retries belong to the client (the SDKs retry on their own); a proxy that also retries
-        # multiplies every provider outage by both retry budgets.
-        return {"timeout": self._timeout, "max_retries": 0, **llm_input}
+        # Applied last, whatever the input says. Retries belong to the client (the SDKs retry on their
+        # own); a proxy that also retries multiplies every provider outage by both retry budgets. A
+        # route's own ``timeout`` (operator config) is kept; clients cannot send one (client_params).
+        return {
+            **llm_input,
+            "timeout": llm_input.get("timeout", self._timeout),
+            "max_retries": 0,
+            "num_retries": 0,
+        }
 
     async def complete(self, llm_input: dict[str, Any]) -> dict[str, Any]:
         """Call the provider once and return its answer as an OpenAI response dict."""
@@ -60,26 +66,49 @@ class LiteLLMBackend:
             raise
         except Exception as exc:  # the boundary: every provider failure is translated here
             raise translate_provider_error(exc, secrets=_secrets(llm_input)) from exc
-        return response_to_openai(response)
+        answer = response_to_openai(response)
+        if not answer["choices"]:
+            # litellm passes ``choices: []`` on as a response; an agent would crash on choices[0].
+            raise ProviderError("The provider answered without any choice (choices is empty).", status=502)
+        return answer
 
     async def stream(self, llm_input: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        """Open the stream and read its first chunk, so that a provider error is still an HTTP error."""
+        """Open the stream and read it up to its first chunk with substance (a delta or usage), so that
+        a provider error, or a stream with no answer at all, is still an HTTP error."""
+        secrets = _secrets(llm_input)
+        serializer = StreamSerializer()
+        upstream = None
         try:
             upstream = await self._litellm.acompletion(**self._arguments({**llm_input, "stream": True}))
             iterator = upstream.__aiter__()
-            first = await iterator.__anext__()
-        except StopAsyncIteration:
-            return _empty()
+            ahead: list[dict[str, Any]] = []
+            while not any(_has_substance(out) for out in ahead):
+                try:
+                    chunk = await iterator.__anext__()
+                except StopAsyncIteration:
+                    # litellm turns a stream of nothing into one empty "stop" chunk; neither is an answer.
+                    # A stream that only carries usage (include_usage) has substance and passes.
+                    raise ProviderError(
+                        "The provider's stream ended without any choice content or usage.", status=502
+                    ) from None
+                ahead += serializer.feed(chunk)
         except ProxyError:
+            await _close(upstream)
             raise
         except Exception as exc:  # the boundary: every provider failure is translated here
-            raise translate_provider_error(exc, secrets=_secrets(llm_input)) from exc
-        return _relay(upstream, iterator, first, _secrets(llm_input))
+            await _close(upstream)
+            raise translate_provider_error(exc, secrets=secrets) from exc
+        return _relay(upstream, iterator, serializer, ahead, secrets)
 
 
-async def _empty() -> AsyncIterator[dict[str, Any]]:
-    return
-    yield  # pragma: no cover - makes this an async generator
+def _has_substance(chunk: dict[str, Any]) -> bool:
+    return chunk.get("usage") is not None or any(choice["delta"] for choice in chunk["choices"])
+
+
+async def _close(upstream: Any) -> None:
+    aclose = getattr(upstream, "aclose", None)
+    if aclose is not None:
+        await aclose()
 
 
 def _secrets(llm_input: dict[str, Any]) -> list[str]:
@@ -87,15 +116,17 @@ def _secrets(llm_input: dict[str, Any]) -> list[str]:
     return [str(llm_input[key]) for key in ("api_key",) if llm_input.get(key)]
 
 
-async def _relay(upstream: Any, iterator: Any, first: Any, secrets: list[str]) -> AsyncIterator[dict[str, Any]]:
-    """Yield the chunks; closing this generator (client gone) closes the upstream call too.
+async def _relay(
+    upstream: Any, iterator: Any, serializer: StreamSerializer, ahead: list[dict[str, Any]], secrets: list[str]
+) -> AsyncIterator[dict[str, Any]]:
+    """Yield the chunks read ahead, then the rest; closing this generator (client gone) closes the
+    upstream call too.
 
     ``StreamSerializer`` holds a tool call back until its name is whole, so every ``function.name``
     goes out in exactly one delta (agent SDKs keep only one fragment of it).
     """
-    serializer = StreamSerializer()
     try:
-        for out in serializer.feed(first):
+        for out in ahead:
             yield out
         while True:
             try:
@@ -109,4 +140,4 @@ async def _relay(upstream: Any, iterator: Any, first: Any, secrets: list[str]) -
         for out in serializer.finish():
             yield out
     finally:
-        await upstream.aclose()
+        await _close(upstream)

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import openai
 
-from proxy.errors import ContextOverflow, ProviderError, ProxyError
+from proxy.errors import ContextOverflow, InvalidRequest, ProviderError, ProxyError
 from proxy.runtime.overflow import detect_overflow, lookalike_reason, parse_error_body, provider_message, stated_limit
 
 _TYPE_BY_STATUS = {
@@ -65,6 +65,9 @@ class _Facts:
     timed_out: bool = False
     unreachable: bool = False
     midstream: bool = False
+    broke_off: bool = False  # the answer began but its body ended early (connection closed mid-JSON)
+    transport: bool = False  # a network-level error is in the chain
+    local: str | None = None  # litellm could not build the call from this request (its own words)
 
 
 def translate_provider_error(exc: BaseException, *, secrets: Iterable[str] = ()) -> ProxyError:
@@ -97,13 +100,23 @@ def translate_provider_error(exc: BaseException, *, secrets: Iterable[str] = ())
     code = _provider_code(facts.bodies) or _DEFAULT_CODE.get(mapped)
     if facts.midstream and not facts.upstream_status:
         message = f"The provider's stream broke off: {message}"
+    elif facts.broke_off and not facts.upstream_status:
+        code, message = "provider_answer_incomplete", f"The provider's answer broke off mid-body: {message}"
+    elif facts.local is not None and not facts.upstream_status:
+        # litellm wraps its own refusal to translate a request (an unknown content part, say) in an
+        # APIConnectionError; nothing was sent, and retrying the same request cannot help.
+        return InvalidRequest(
+            redact(f"The provider call could not be made from this request: {facts.local}", keys),
+            code="invalid_provider_request",
+        )
     elif facts.unreachable and not facts.upstream_status:
         code, message = "provider_unreachable", f"Could not reach the provider: {message}"
     elif mapped == 504 and not facts.upstream_status:
         message = f"The provider did not answer in time: {message}"
     headers = {"retry-after": value} if mapped in (429, 503) and (value := _retry_after(facts.headers)) else {}
     error_type = _TYPE_BY_STATUS.get(mapped, "invalid_request_error" if mapped < 500 else "api_error")
-    return ProviderError(redact(message, keys), status=mapped, type=error_type, code=code, headers=headers)
+    param = _provider_param(facts.bodies) if 400 <= mapped < 500 else None
+    return ProviderError(redact(message, keys), status=mapped, type=error_type, code=code, param=param, headers=headers)
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
@@ -153,7 +166,30 @@ def _read(exc: BaseException) -> _Facts:
             facts.timed_out = True
         elif isinstance(current, (openai.APIConnectionError, httpx.TransportError, ConnectionError)):
             facts.unreachable = True
+        if isinstance(current, (httpx.TransportError, OSError)) or _mro_has_any(current, _TRANSPORT_ERRORS):
+            facts.transport = True
+        if _mro_has_any(current, _BROKEN_BODY_ERRORS) or (
+            isinstance(current, httpx.RemoteProtocolError) and _INCOMPLETE_BODY.search(str(current))
+        ):
+            facts.broke_off = True
+    facts.local = _local_failure(exc, facts)
     return facts
+
+
+# aiohttp (litellm's default transport) and http.client name a body that ended before its declared
+# length or final chunk like this; httpx says it in the RemoteProtocolError message.
+_BROKEN_BODY_ERRORS = frozenset({"ClientPayloadError", "ContentLengthError", "TransferEncodingError", "IncompleteRead"})
+_INCOMPLETE_BODY = re.compile(r"incomplete|complete message body", re.IGNORECASE)
+_TRANSPORT_ERRORS = frozenset({"ClientConnectionError", "ClientOSError", "ServerDisconnectedError", "ClientError"})
+
+
+def _local_failure(exc: BaseException, facts: _Facts) -> str | None:
+    """litellm's own words when it refused to build the call (a plain exception inside its
+    APIConnectionError, no network error, no answer), else None."""
+    if not _mro_has(exc, "APIConnectionError") or facts.transport or facts.midstream or facts.timed_out:
+        return None
+    causes = [e for e in _chain(exc) if type(e).__module__ == "builtins" and not isinstance(e, StopAsyncIteration)]
+    return str(causes[-1]) if causes and str(causes[-1]) else None
 
 
 def _real_response(exc: BaseException) -> httpx.Response | None:
@@ -216,6 +252,17 @@ def _provider_code(bodies: list[Any]) -> str | None:
     return None
 
 
+def _provider_param(bodies: list[Any]) -> str | None:
+    """The request field a provider's 4xx names (OpenAI's ``error.param``), if any."""
+    for body in bodies:
+        node = body[0] if isinstance(body, list) and body else body
+        inner = node.get("error") if isinstance(node, dict) else None
+        param = inner.get("param") if isinstance(inner, dict) else None
+        if isinstance(param, str) and param:
+            return param
+    return None
+
+
 def _retry_after(headers: dict[str, str]) -> str | None:
     value = headers.get("retry-after")
     if value and _RETRY_AFTER.match(value.strip()):
@@ -229,3 +276,7 @@ def _retry_after(headers: dict[str, str]) -> str | None:
 
 def _mro_has(exc: BaseException, name: str) -> bool:
     return any(cls.__name__ == name for cls in type(exc).__mro__)
+
+
+def _mro_has_any(exc: BaseException, names: frozenset[str]) -> bool:
+    return any(cls.__name__ in names for cls in type(exc).__mro__)

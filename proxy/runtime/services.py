@@ -26,7 +26,7 @@ from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.proxy_tools import ProxyToolbox, find_tools_tool, read_skill_tool, read_tool_output_tool
 from proxy.runtime.trace import TraceWriter
 from proxy.runtime.turn import TurnRunner
-from proxy.session import open_store
+from proxy.session import SqliteSessionStore, open_store
 from proxy.session.store import SessionStore
 
 
@@ -35,9 +35,11 @@ def build_runner(
     store: SessionStore,
     backend: ProviderBackend,
     model_map: ModelMapLookup,
+    framing_secret: bytes,
     assembler: Assembler | None = None,
 ) -> TurnRunner:
-    """The runner for these settings; ``assembler`` replaces the dynamic pipeline (tests)."""
+    """The runner for these settings; ``framing_secret`` is what the sessions' framing nonces derive
+    from, ``assembler`` replaces the dynamic pipeline (tests)."""
     state_config = StateConfig.from_options(settings.contributor_options)
     factories = checked_factories(settings)
     registries = {scope: ContextContributorRegistry(scope, factories) for scope in SCOPES}
@@ -70,20 +72,31 @@ def build_runner(
         chosen = settings.route(settings.summary_model) if settings.summary_model else None
         return chosen or request_route
 
-    dynamic = DynamicAssembler(settings, store, pipeline, toolbox, backend, summary_route, deferred, state_config)
+    dynamic = DynamicAssembler(
+        settings, store, pipeline, toolbox, backend, summary_route, deferred, state_config, framing_secret
+    )
     traces = TraceWriter(settings.resolved_trace_dir) if settings.trace_enabled else None
-    return TurnRunner(settings, store, assembler or dynamic, backend, traces, model_map, dynamic)
+    return TurnRunner(
+        settings, store, assembler or dynamic, backend, traces, model_map, dynamic, framing_secret=framing_secret
+    )
 
 
 def check_settings(settings: Settings) -> None:
-    """What only the installed packages can check, done before serving: contributor options and the
-    store URL's options. Raises ``ConfigError`` naming the setting."""
+    """What only the installed packages can check, done before serving: contributor options, the
+    store URL's options, a SQLite store no other process has. Raises ``ConfigError`` naming the
+    setting, or ``DataFolderInUse``."""
     checked_factories(settings)
     if settings.store_url:
         try:
             open_store(settings.store_url, settings.data_dir, settings.session_lock_seconds)
         except ValueError as exc:
             raise ConfigError(f"CONTEXT_PROXY_STORE_URL: {exc}") from None
+    else:
+        # The store takes the lock when it opens; checking here says why in one line instead of in
+        # the traceback of a failed start-up.
+        sqlite = open_store(None, settings.data_dir, settings.session_lock_seconds)
+        if isinstance(sqlite, SqliteSessionStore):
+            sqlite.check_free()
 
 
 def checked_factories(settings: Settings) -> list[FactorySource]:

@@ -1,23 +1,29 @@
 """Per-turn trace files: ``<trace-dir>/<context-id>/turn-0001.json`` (0600, folders 0700).
 
-Traces hold user messages, tool results and full prompts: private local debugging data. Secrets
-(``api_key``, headers) are removed from the recorded ``llmInput`` before anything is written.
+Traces hold user messages, tool results and full prompts: private local debugging data. Credentials
+are removed from the recorded ``llmInput`` before anything is written (``redaction.py``).
+
+Writing a trace is best-effort: a trace that cannot be written (a full or unwritable folder, a value
+that cannot be encoded) is logged and counted in ``TraceWriter.failures``, and the answer it
+describes goes out unchanged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
 
+from proxy.runtime.redaction import redact_llm_input
+
+__all__ = ["SCHEMA_VERSION", "TraceWriter", "redact_llm_input", "trace_file_name"]
+
+log = logging.getLogger("context_proxy.trace")
+
 SCHEMA_VERSION = 5
-_SECRET_KEYS = frozenset({"api_key", "headers", "extra_headers", "aws_secret_access_key", "vertex_credentials"})
-
-
-def redact_llm_input(llm_input: dict[str, Any]) -> dict[str, Any]:
-    """``llm_input`` without credentials: what a trace may show of the provider call."""
-    return {key: value for key, value in llm_input.items() if key not in _SECRET_KEYS}
 
 
 def trace_file_name(turn: int, recovery: int = 0) -> str:
@@ -27,21 +33,37 @@ def trace_file_name(turn: int, recovery: int = 0) -> str:
 
 
 class TraceWriter:
-    """Writes one private JSON file per model call."""
+    """Writes one private JSON file per model call; counts the writes that failed."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self.failures = 0
 
-    def write(self, context_id: str, turn: int, record: dict[str, Any], recovery: int = 0) -> Path:
-        """Write ``record`` atomically (never over an earlier file of another attempt) and return its path."""
+    def write(self, context_id: str, turn: int, record: dict[str, Any], recovery: int = 0) -> Path | None:
+        """Write ``record`` atomically (never over an earlier file of another attempt) and return its path;
+        ``None`` (logged, counted) when it could not be written."""
         folder = self.root / context_id
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(self.root, 0o700)
-        os.chmod(folder, 0o700)
         path = folder / trace_file_name(turn, recovery)
         temporary = folder / f".{path.name}.tmp"
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump({"schemaVersion": SCHEMA_VERSION, **record}, handle, ensure_ascii=False, indent=1, default=str)
-        os.replace(temporary, path)
+        try:
+            # Encoded before any file is touched: a value that cannot be encoded leaves nothing behind.
+            text = json.dumps({"schemaVersion": SCHEMA_VERSION, **record}, ensure_ascii=False, indent=1, default=str)
+            data = text.encode("utf-8")
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(self.root, 0o700)
+            os.chmod(folder, 0o700)
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(temporary, path)
+        except (OSError, ValueError, TypeError, RecursionError) as exc:  # UnicodeError is a ValueError
+            self.failures += 1
+            log.warning("trace %s not written (%d failed so far): %s", path, self.failures, exc)
+            _discard(temporary)
+            return None
         return path
+
+
+def _discard(path: Path) -> None:
+    with contextlib.suppress(OSError):  # the folder itself is unusable: there is nothing to clean up
+        path.unlink(missing_ok=True)

@@ -1,27 +1,33 @@
-"""One client request, end to end: lock the session, reconcile, assemble, call the provider, trace.
+"""One client request, end to end: lock the branch, reconcile, assemble, call the provider, trace.
 
-The session's turn lock is held until the answer is complete, for a stream until its last chunk, so
-two requests of one session never interleave their store updates.
+The turn lock of the request's branch (its history's head, see ``proxy/runtime/branch.py``) is held
+until the answer is complete, for a stream until its last chunk, so two requests with the same
+history never interleave their store updates, while runs that only open alike proceed in parallel.
 """
 
 from __future__ import annotations
 
 import copy
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from proxy.client_params import client_arguments, with_route
 from proxy.config import Mode, ModelRoute, Settings
-from proxy.errors import ContextOverflow, ProxyError, SessionConflict
+from proxy.context.estimators import ConservativeTokenEstimator
+from proxy.context.nonce import session_nonce
+from proxy.errors import AssemblyFailed, ContextOverflow, ProxyError, SessionConflict
 from proxy.identity import SessionIdentity
 from proxy.runtime.assembly import Assembler, Candidate, TurnRequest
-from proxy.runtime.limits import ModelLimits, ModelMapLookup, resolve_limits
+from proxy.runtime.branch import BranchTurn, branch_of, first_branch_turn, next_branch_turn
+from proxy.runtime.limits import ModelLimits, ModelMapLookup, RouteLimits
 from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.stream_buffer import accumulate, synthesize
 from proxy.runtime.trace import TraceWriter, redact_llm_input
-from proxy.session.store import SessionBusy, SessionStore
+from proxy.session.reconcile import ChainMemo
+from proxy.session.store import Reconciliation, SessionBusy, SessionStore
 
 
 @dataclass
@@ -75,6 +81,9 @@ class ProxyStepRunner(Protocol):
         """Run ``calls`` (made in ``message`` by a model that saw ``visible``); store the step after the
         request's last message."""
 
+    async def link_proxy_steps(self, request: TurnRequest, answer: dict[str, Any] | None) -> None:
+        """Attach the request's steps to the branch continuing with ``answer`` (``None``: relayed live)."""
+
 
 class TurnRunner:
     """Runs turns against one store, one assembler and one provider backend."""
@@ -88,6 +97,8 @@ class TurnRunner:
         traces: TraceWriter | None,
         model_map: ModelMapLookup,
         steps: ProxyStepRunner | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        framing_secret: bytes = b"",
     ) -> None:
         self.settings = settings
         self.store = store
@@ -95,20 +106,17 @@ class TurnRunner:
         self.backend = backend
         self.traces = traces
         self.steps = steps
-        self._model_map = model_map
-        self._limits: dict[str, ModelLimits] = {}
+        self._limits = RouteLimits(settings, model_map, clock)
+        self._branch_hashes = ChainMemo()
+        self._framing_secret = framing_secret
+
+    def framing_nonce(self, context_id: str) -> str:
+        """The session's framing nonce: what its hidden wrappers and checkpoint tags carry."""
+        return session_nonce(self._framing_secret, context_id)
 
     def limits_for(self, route: ModelRoute) -> ModelLimits:
-        """The route's limits, resolved once, then corrected by what providers state in overflow errors."""
-        limits = self._limits.get(route.model_name)
-        if limits is None:
-            limits = self._limits[route.model_name] = resolve_limits(self.settings, route, self._model_map)
-        return limits
-
-    def _remember_stated_limit(self, route: ModelRoute, stated: int | None) -> None:
-        limits = self.limits_for(route)
-        if stated is not None and stated < limits.model_max_tokens:
-            self._limits[route.model_name] = limits.with_model_max(stated, source="provider_error")
+        """The route's limits, corrected for a while by believable overflow errors (see ``RouteLimits``)."""
+        return self._limits.get(route)
 
     async def run(
         self,
@@ -119,23 +127,29 @@ class TurnRunner:
         mode: Mode | None = None,
         ingress: Mapping[str, Any] | None = None,
     ) -> TurnResult:
-        """Serve one validated request; the caller has already authorized and routed it. ``ingress`` is
-        what an ingress (Messages, Responses) recorded of its translation; each trace of the turn has it."""
+        """Serve one validated request; the caller has already authorized and routed it.
+
+        The session lock is released here, whatever happens, unless a live stream took it over: that
+        stream then owns it and releases it when it ends, fails or is closed (``_LiveStream``).
+
+        ``ingress`` is what a non-chat ingress records about its translation (for the trace).
+        """
         stack = AsyncExitStack()
+        branch = branch_of(self._branch_hashes, identity.context_id, body["messages"])
         try:
-            await stack.enter_async_context(self.store.turn_lock(identity.context_id))
+            await stack.enter_async_context(self.store.turn_lock(identity.context_id, branch))
         except SessionBusy as exc:
             raise SessionConflict(str(exc)) from exc
+        handed_over = False
         try:
             result = await self._run_locked(
-                stack, body, identity, route, headers or {}, mode or self.settings.mode, ingress or {}
+                stack, body, identity, route, headers or {}, mode or self.settings.mode, ingress
             )
-        except BaseException:
-            await stack.aclose()
-            raise
-        if result.chunks is None or not isinstance(result.chunks, _LiveStream):
-            await stack.aclose()  # only a live stream still needs the lock; it releases it when it ends
-        return result
+            handed_over = isinstance(result.chunks, _LiveStream)
+            return result
+        finally:
+            if not handed_over:
+                await stack.aclose()
 
     async def _run_locked(
         self,
@@ -145,12 +159,14 @@ class TurnRunner:
         route: ModelRoute,
         headers: Mapping[str, str],
         mode: Mode,
-        ingress: Mapping[str, Any],
+        ingress: Mapping[str, Any] | None = None,
     ) -> TurnResult:
         reconciliation = await self.store.reconcile(identity.context_id, identity.scope, body["messages"])
         turn = await self.store.next_turn(identity.context_id)
+        limits = self.limits_for(route)
+        branch = await self._first_branch_turn(reconciliation)
         request = TurnRequest(
-            identity, mode, route, self.limits_for(route), body, headers, reconciliation, turn, ingress=ingress
+            identity, mode, route, limits, body, headers, reconciliation, turn, branch=branch, ingress=ingress
         )
         result = TurnResult(identity=identity, mode=mode)
         rounds = 0
@@ -158,15 +174,40 @@ class TurnRunner:
             answer = await self._call(request, stack)
             calls = answer.proxy_calls()
             if not calls:
-                return _deliver(result, answer)
+                return await self._deliver_after_rounds(result, answer, request, rounds)
             if rounds >= self.settings.max_tool_rounds:
-                return _deliver(result, _without_proxy_calls(answer, self.settings.max_tool_rounds))
+                answer = _without_proxy_calls(answer, self.settings.max_tool_rounds)
+                return await self._deliver_after_rounds(result, answer, request, rounds)
             rounds += 1
             if self.steps is None:  # proxy tools are only offered by an assembler that also runs them
                 return _deliver(result, _without_proxy_calls(answer, rounds))
             await self.steps.run_proxy_step(request, answer.message, calls, answer.visible_history)
             # Each proxy-owned round is a model call of its own: its own turn number and trace file.
-            request = replace(request, turn=await self.store.next_turn(identity.context_id))
+            request = replace(
+                request,
+                turn=await self.store.next_turn(identity.context_id),
+                branch=await self._next_branch_turn(request),
+            )
+
+    async def _deliver_after_rounds(
+        self, result: TurnResult, answer: _Answer, request: TurnRequest, rounds: int
+    ) -> TurnResult:
+        """The answer, once the proxy steps taken for it are linked to it (later turns of its branch see them)."""
+        if rounds and self.steps is not None:
+            await self.steps.link_proxy_steps(request, answer.message if answer.live is None else None)
+        return _deliver(result, answer)
+
+    async def _first_branch_turn(self, reconciliation: Reconciliation) -> BranchTurn | None:
+        """This request's place on its branch, for the trace (not counted when traces are off)."""
+        if self.traces is None:
+            return None
+        return await first_branch_turn(self.store, reconciliation.context_id, reconciliation.chain_hashes)
+
+    async def _next_branch_turn(self, request: TurnRequest) -> BranchTurn | None:
+        if request.branch is None:
+            return None
+        head = request.reconciliation.head_hash
+        return await next_branch_turn(self.store, request.identity.context_id, head, request.branch)
 
     async def _call(self, request: TurnRequest, stack: AsyncExitStack) -> _Answer:
         """One model call; after a normalized overflow in dynamic mode, one forced retry."""
@@ -181,8 +222,13 @@ class TurnRunner:
         self, request: TurnRequest, stack: AsyncExitStack, overflow: ContextOverflow
     ) -> _Answer:
         """Exactly one retry, after one forced pressure pass; a second overflow is surfaced, never looped."""
-        self._remember_stated_limit(request.route, overflow.limit)
-        forced = replace(request, limits=self.limits_for(request.route), forced=True, stated_limit=overflow.limit)
+        self._limits.learn(request.route, overflow.limit, overflow.sent_tokens)
+        limits = self.limits_for(request.route)
+        if overflow.limit is not None and overflow.limit < limits.model_max_tokens:
+            # This request's own retry takes the statement as it is (it can only hurt this request);
+            # what other requests keep of it is RouteLimits' decision above.
+            limits = limits.with_model_max(overflow.limit, source="provider_error")
+        forced = replace(request, limits=limits, forced=True, stated_limit=overflow.limit)
         try:
             return await self._attempt(forced, stack, recovery=1, reason=overflow.provider_message)
         except ContextOverflow as second:
@@ -192,6 +238,15 @@ class TurnRunner:
                 limit=second.limit,
                 provider_message=second.provider_message,
             ) from second
+        except AssemblyFailed as failed:
+            # The minimum does not fit the window the provider stated: still an overflow to the client
+            # (so SDKs and agents that handle overflow recognize it), not a bad request of its own.
+            raise ContextOverflow(
+                "The request exceeds the model's context window and even the forced compaction retry cannot "
+                f"fit it: {failed.message}",
+                limit=overflow.limit,
+                provider_message=overflow.provider_message,
+            ) from failed
 
     async def _attempt(self, request: TurnRequest, stack: AsyncExitStack, recovery: int, reason: str = "") -> _Answer:
         """Assemble (unless legacy), call the provider once, and trace this attempt."""
@@ -214,10 +269,12 @@ class TurnRunner:
                 answer.buffered = [chunk async for chunk in await self.backend.stream(llm_input)]
             else:
                 chunks = await self.backend.stream(llm_input)
-                answer.live = _LiveStream(self._finish_stream(chunks, stack, request, record, recovery))
+                answer.live = _LiveStream(self._finish_stream(chunks, request, record, recovery), stack)
                 return answer  # its trace is written when the stream ends
         except ProxyError as exc:
             record["providerError"] = exc.body()["error"]
+            if isinstance(exc, ContextOverflow):
+                exc.sent_tokens = _estimated_size(llm_input, exc.counts_output)
             raise
         finally:
             record["providerMs"] = round((time.perf_counter() - started) * 1000, 3)
@@ -228,12 +285,11 @@ class TurnRunner:
     async def _finish_stream(
         self,
         chunks: AsyncIterator[dict[str, Any]],
-        stack: AsyncExitStack,
         request: TurnRequest,
         record: dict[str, Any],
         recovery: int,
     ) -> AsyncIterator[dict[str, Any]]:
-        """Relay the chunks; the lock is released and the trace written when the stream ends or is dropped."""
+        """Relay the chunks; the trace is written when the stream ends, fails or is dropped."""
         try:
             async for chunk in chunks:
                 yield chunk
@@ -241,11 +297,12 @@ class TurnRunner:
             record["providerError"] = exc.body()["error"]
             raise
         finally:
-            aclose = getattr(chunks, "aclose", None)
-            if aclose is not None:
-                await aclose()
-            self._write_trace(request, record, recovery)
-            await stack.aclose()
+            try:
+                aclose = getattr(chunks, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            finally:
+                self._write_trace(request, record, recovery)
 
     def _write_trace(self, request: TurnRequest, record: dict[str, Any], recovery: int) -> None:
         if self.traces is not None:
@@ -253,18 +310,31 @@ class TurnRunner:
 
 
 class _LiveStream(AsyncIterator[dict[str, Any]]):
-    """Marks the one kind of answer that still holds the session lock while the client reads it."""
+    """The one kind of answer that still holds the session lock while the client reads it.
 
-    def __init__(self, chunks: AsyncIterator[dict[str, Any]]) -> None:
+    It owns the lock (``stack``): the lock is released when the stream ends, when reading it fails
+    for any reason (a cancellation included), and when it is closed unread.
+    """
+
+    def __init__(self, chunks: AsyncIterator[dict[str, Any]], stack: AsyncExitStack) -> None:
         self._chunks = chunks
+        self._stack = stack
 
     async def __anext__(self) -> dict[str, Any]:
-        return await self._chunks.__anext__()
+        try:
+            return await self._chunks.__anext__()
+        except BaseException:
+            await self.aclose()
+            raise
 
     async def aclose(self) -> None:
-        aclose = getattr(self._chunks, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        """Close the relay (the provider call, the trace), then release the lock; safe to call twice."""
+        try:
+            aclose = getattr(self._chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        finally:
+            await self._stack.aclose()
 
 
 def _deliver(result: TurnResult, answer: _Answer) -> TurnResult:
@@ -302,11 +372,11 @@ def _without_proxy_calls(answer: _Answer, rounds: int) -> _Answer:
 
 
 def build_llm_input(body: dict[str, Any], route: ModelRoute, candidate: Candidate | None) -> dict[str, Any]:
-    """The keyword arguments for ``litellm.acompletion``: the client's request, routed, with the assembled
-    messages and tools when a candidate is sent. Empty tool lists are omitted (OpenAI rejects ``tools: []``).
+    """The keyword arguments for ``litellm.acompletion``: the client's allow-listed fields (see
+    ``proxy.client_params``), the assembled messages and tools when a candidate is sent, and the route's
+    ``litellm_params`` last. Empty tool lists are omitted (OpenAI rejects ``tools: []``).
     """
-    llm_input = {key: value for key, value in body.items() if key != "model"}
-    llm_input.update(route.litellm_params)
+    llm_input = client_arguments(body, route.allowed_client_params)
     if candidate is not None:
         llm_input["messages"] = candidate.messages
         if candidate.tools:
@@ -315,7 +385,19 @@ def build_llm_input(body: dict[str, Any], route: ModelRoute, candidate: Candidat
             llm_input.pop("tools", None)
             llm_input.pop("tool_choice", None)
             llm_input.pop("parallel_tool_calls", None)
-    return llm_input
+    return with_route(llm_input, route.litellm_params)
+
+
+def _estimated_size(llm_input: dict[str, Any], counts_output: bool) -> int:
+    """What the provider was sent, in (conservatively estimated) tokens; with the requested output
+    when the provider said it counted that against the window."""
+    estimator = ConservativeTokenEstimator()
+    size = sum(estimator.count_message(m) for m in llm_input.get("messages") or [] if isinstance(m, dict))
+    size += estimator.count_tools(llm_input.get("tools") or [])
+    if counts_output:
+        requested = llm_input.get("max_completion_tokens") or llm_input.get("max_tokens")
+        size += requested if isinstance(requested, int) else 0
+    return size
 
 
 def _trace_record(request: TurnRequest, candidate: Candidate | None, llm_input: dict[str, Any]) -> dict[str, Any]:
@@ -343,6 +425,7 @@ def _trace_record(request: TurnRequest, candidate: Candidate | None, llm_input: 
             "knownMessages": request.reconciliation.known_count,
             "newMessages": len(request.reconciliation.new_messages),
             "forked": request.reconciliation.forked,
+            **({"branch": request.branch.record()} if request.branch is not None else {}),
         },
         "contributors": stages.pop("contributors", []),
         "collection": stages.pop("collection", None),

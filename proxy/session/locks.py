@@ -1,4 +1,8 @@
-"""In-process turn locks: one asyncio lock per session, with a bounded wait."""
+"""In-process turn locks: one asyncio lock per branch of a session, with a bounded wait.
+
+A branch is named by the chain hash of a request's last message (see ``SessionStore.turn_lock``):
+two requests with the same history wait for each other, runs that merely open alike do not.
+"""
 
 from __future__ import annotations
 
@@ -17,15 +21,16 @@ class _Entry:
 
 
 class SessionLocks:
-    """Mutual exclusion per context id within one event loop."""
+    """Mutual exclusion per (context id, branch) within one event loop."""
 
     def __init__(self) -> None:
-        self._entries: dict[str, _Entry] = {}
+        self._entries: dict[tuple[str, str], _Entry] = {}
 
     @asynccontextmanager
-    async def hold(self, context_id: str, timeout_seconds: float) -> AsyncIterator[None]:
-        """Hold the session's lock; raise ``SessionBusy`` if it is not free within ``timeout_seconds``."""
-        entry = self._entries.setdefault(context_id, _Entry())
+    async def hold(self, context_id: str, timeout_seconds: float, branch: str = "") -> AsyncIterator[None]:
+        """Hold the branch's lock; raise ``SessionBusy`` if it is not free within ``timeout_seconds``."""
+        key = (context_id, branch)
+        entry = self._entries.setdefault(key, _Entry())
         entry.users += 1
         try:
             try:
@@ -42,7 +47,7 @@ class SessionLocks:
         finally:
             entry.users -= 1
             if entry.users == 0:
-                del self._entries[context_id]
+                del self._entries[key]
 
     def __len__(self) -> int:
         return len(self._entries)

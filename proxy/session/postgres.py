@@ -12,6 +12,7 @@ are taken out before the rest goes to asyncpg: ``schema`` (default ``context_pro
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, contextmanager
 from typing import Any, TypeVar
@@ -23,6 +24,8 @@ from proxy.session import reconcile as rc
 from proxy.session.postgres_lock import AdvisoryTurnLocks
 from proxy.session.postgres_schema import check_schema_name, migrate
 from proxy.session.store import (
+    SECRET_BYTES,
+    BranchState,
     Reconciliation,
     SessionInfo,
     SkillRef,
@@ -143,9 +146,9 @@ class PostgresSessionStore:
             async with self._query_pool().acquire() as conn, conn.transaction():
                 return await fn(conn)
 
-    def turn_lock(self, context_id: str) -> AbstractAsyncContextManager[None]:
-        """Serialize the turns of one session across every replica; ``SessionBusy`` after the wait."""
-        return self._turn_locks.hold(context_id)
+    def turn_lock(self, context_id: str, branch: str = "") -> AbstractAsyncContextManager[None]:
+        """Serialize the turns of one branch of a session across every replica; ``SessionBusy`` after the wait."""
+        return self._turn_locks.hold(context_id, branch)
 
     async def reconcile(self, context_id: str, scope: str, messages: Sequence[Mapping[str, Any]]) -> Reconciliation:
         """Store the request's new suffix and tool bodies in one transaction; say where it continues."""
@@ -356,6 +359,21 @@ class PostgresSessionStore:
         )
         return None if text is None else rc.load_json(text)
 
+    async def state_along(self, context_id: str, chain_hashes: Sequence[str], channel: str) -> BranchState | None:
+        """The channel's value at the last of ``chain_hashes`` that has one, or ``None``."""
+        if not chain_hashes:
+            return None
+        rows = await self._read(
+            lambda conn: conn.fetch(
+                "SELECT chain_hash, value FROM state_channels"
+                " WHERE context_id = $1 AND channel = $2 AND chain_hash = ANY($3::text[])",
+                context_id,
+                channel,
+                list(chain_hashes),
+            )
+        )
+        return rc.nearest_state(chain_hashes, {row["chain_hash"]: rc.load_json(row["value"]) for row in rows})
+
     async def put_skill_ref(self, context_id: str, ref: SkillRef) -> None:
         """Record a skill read; the same (name, revision, chain hash) twice is one record."""
 
@@ -380,6 +398,19 @@ class PostgresSessionStore:
             )
         )
         return [SkillRef(row["name"], row["revision"], row["chain_hash"]) for row in rows]
+
+    async def secret(self, name: str) -> bytes:
+        """The secret ``name``, made on first use; replicas starting together agree on one."""
+        candidate = secrets.token_bytes(SECRET_BYTES)
+
+        async def work(conn: Any) -> bytes:
+            # ON CONFLICT DO NOTHING: the first insert wins and every racer then reads the winner.
+            await conn.execute(
+                "INSERT INTO proxy_secrets (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING", name, candidate
+            )
+            return bytes(await conn.fetchval("SELECT value FROM proxy_secrets WHERE name = $1", name))
+
+        return await self._write(work)
 
 
 def split_url_options(url: str) -> tuple[str, dict[str, str]]:

@@ -1,4 +1,8 @@
-"""Turn locks shared by every replica: a PostgreSQL advisory lock per session, held for the turn.
+"""Turn locks shared by every replica: a PostgreSQL advisory lock per branch of a session, held for the turn.
+
+The key hashes the context id and the branch (the chain hash of the request's last message), so two
+replicas serving the same history take turns while runs that only open alike do not; a request
+without a branch keeps the per-session key of earlier releases.
 
 The lock is session-level (not transaction-level) because a turn spans many short transactions and a
 provider call. It lives on a connection from its own pool: were it taken from the query pool, N
@@ -25,7 +29,7 @@ _DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
 
 
 class AdvisoryTurnLocks:
-    """Per-session mutual exclusion across processes, with a bounded wait."""
+    """Per-branch mutual exclusion across processes, with a bounded wait."""
 
     def __init__(self, schema: str, timeout_seconds: float, connections: int) -> None:
         self.schema = schema
@@ -46,20 +50,20 @@ class AdvisoryTurnLocks:
         if pool is not None:
             await pool.close()
 
-    def hold(self, context_id: str) -> AbstractAsyncContextManager[None]:
-        """Hold the session's lock for a turn; ``SessionBusy`` when it is not had within the wait."""
-        return self._hold(context_id)
+    def hold(self, context_id: str, branch: str = "") -> AbstractAsyncContextManager[None]:
+        """Hold the branch's lock for a turn; ``SessionBusy`` when it is not had within the wait."""
+        return self._hold(context_id, branch)
 
     @asynccontextmanager
-    async def _hold(self, context_id: str) -> AsyncIterator[None]:
+    async def _hold(self, context_id: str, branch: str) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_seconds
-        async with self._local.hold(context_id, self.timeout_seconds):
+        async with self._local.hold(context_id, self.timeout_seconds, branch):
             # Kept locally: close() may drop the attribute while a turn still holds a connection.
             pool = self._pool
             if pool is None:
                 raise StoreError("the session store is not open")
-            key = lock_key("context-proxy-session", self.schema, context_id)
+            key = lock_key("context-proxy-session", self.schema, context_id, *((branch,) if branch else ()))
             try:
                 conn = await pool.acquire(timeout=max(deadline - loop.time(), 0.001))
             except TimeoutError:

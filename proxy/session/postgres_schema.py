@@ -71,6 +71,16 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         );
         """,
     ),
+    (
+        2,
+        """
+        CREATE TABLE proxy_secrets (
+            name text PRIMARY KEY,
+            value bytea NOT NULL,
+            created_at timestamptz NOT NULL DEFAULT now()
+        );
+        """,
+    ),
 )
 
 

@@ -7,13 +7,14 @@ decisions here is what makes SQLite and PostgreSQL behave identically.
 from __future__ import annotations
 
 import json
+import sys
 from collections import OrderedDict
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.canonical import GENESIS, chain_hashes, content_text
-from proxy.session.store import StoredMessage, tool_output_ref
+from proxy.canonical import GENESIS, chain_hashes, content_text, message_digest
+from proxy.session.store import BranchState, StoredMessage, tool_output_ref
 
 
 def json_text(value: Any) -> str:
@@ -67,34 +68,71 @@ def request_hashes(context_id: str, messages: Sequence[Mapping[str, Any]], memo:
 
 
 class ChainMemo:
-    """The last request's messages and chain hashes of recent sessions, so a turn hashes only what is new.
+    """Per recent session, the digests and chain hashes of its last request, so a turn hashes only what is new.
 
     Clients resend their whole history every turn; canonicalizing and hashing it all again was the
-    largest cost of a long session's turn. A leading message equal (``==``) to the one at the same
-    position last time has, by construction, the same chain hash, so only the rest is hashed. A
-    message that differs only cosmetically is simply hashed again; nothing here decides identity.
-    The messages are kept by reference: the proxy and litellm build new dicts rather than change a
-    request's messages in place, which is what makes ``==`` against the kept ones sound.
+    largest cost of a long session's turn. A leading message whose :func:`~proxy.canonical.message_digest`
+    equals the one at the same position last time has, by construction, the same chain hash, so only
+    the rest is hashed. A message that differs only cosmetically is simply hashed again; nothing here
+    decides identity. Only digests (17 bytes) and chain hashes are kept, never the messages: the memo's
+    size is bounded by ``max_bytes`` however large the messages are, and the least recently used
+    sessions are dropped first.
     """
 
-    def __init__(self, max_sessions: int = 64) -> None:
-        self.max_sessions = max_sessions
-        self._last: OrderedDict[str, tuple[list[Mapping[str, Any]], list[str]]] = OrderedDict()
+    # What one remembered message costs: its digest in a bytes string, a 64-character hex chain hash
+    # (a 113-byte str) and its list slot; rounded up. Measured in tests/session/test_reconcile.py.
+    BYTES_PER_MESSAGE = 150
+    BYTES_PER_SESSION = 400  # besides the session id: the entry's tuple, list and bytes headers, the dict slot
+
+    def __init__(self, max_bytes: int = 32 * 1024 * 1024) -> None:
+        self.max_bytes = max_bytes
+        self.size = 0
+        self._last: OrderedDict[str, tuple[bytes, list[str]]] = OrderedDict()
 
     def hashes(self, context_id: str, messages: Sequence[Mapping[str, Any]]) -> list[str]:
         """Chain hashes of every prefix of ``messages``."""
-        previous, previous_hashes = self._last.pop(context_id, ([], []))
-        same = 0
-        for old, new in zip(previous, messages, strict=False):
-            if old != new:
-                break
-            same += 1
-        hashes = previous_hashes[:same]
-        hashes += chain_hashes(messages[same:], start=hashes[-1] if hashes else GENESIS)
-        self._last[context_id] = (list(messages), hashes)
-        while len(self._last) > self.max_sessions:
-            self._last.popitem(last=False)
+        digests = b"".join(message_digest(message) for message in messages)
+        previous = self._last.pop(context_id, None)
+        hashes: list[str] = []
+        if previous is not None:
+            self.size -= _entry_size(context_id, previous[1])
+            previous_digests, previous_hashes = previous
+            same = _common_messages(previous_digests, digests)
+            hashes = previous_hashes[:same]
+        hashes += chain_hashes(messages[len(hashes) :], start=hashes[-1] if hashes else GENESIS)
+        size = _entry_size(context_id, hashes)
+        if size <= self.max_bytes:
+            self._last[context_id] = (digests, hashes)
+            self.size += size
+            while self.size > self.max_bytes:
+                evicted_id, (_, evicted) = self._last.popitem(last=False)
+                self.size -= _entry_size(evicted_id, evicted)
         return list(hashes)
+
+
+_DIGEST_BYTES = len(message_digest({}))
+
+
+def _entry_size(context_id: str, hashes: Sequence[str]) -> int:
+    return ChainMemo.BYTES_PER_SESSION + sys.getsizeof(context_id) + len(hashes) * ChainMemo.BYTES_PER_MESSAGE
+
+
+def _common_messages(old: bytes, new: bytes) -> int:
+    """How many leading messages two digest strings share."""
+    count = 0
+    for start in range(0, min(len(old), len(new)), _DIGEST_BYTES):
+        if old[start : start + _DIGEST_BYTES] != new[start : start + _DIGEST_BYTES]:
+            break
+        count += 1
+    return count
+
+
+def nearest_state(chain_hashes: Sequence[str], found: Mapping[str, Any]) -> BranchState | None:
+    """Of the values ``found`` by prefix, the one at the latest prefix of ``chain_hashes`` (the nearest ancestor)."""
+    for chain_hash in reversed(chain_hashes):
+        if chain_hash in found:
+            return BranchState(chain_hash, found[chain_hash])
+    return None
 
 
 def known_count(hashes: Sequence[str], stored: Collection[str]) -> int:

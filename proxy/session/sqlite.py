@@ -3,13 +3,15 @@
 sqlite3 blocks, so each connection lives on its own worker thread and the event loop only awaits it:
 one writer connection (SQLite allows one writer at a time anyway) and one reader connection, which
 WAL lets read while the writer writes. Turns of one session are serialized by an in-process lock;
-this backend is for one proxy process (several replicas use PostgreSQL).
+this backend is for one proxy process (several replicas use PostgreSQL), which ``sqlite_files.py``
+enforces with a lock file, along with private file modes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -21,8 +23,11 @@ from typing import Any, TypeVar
 
 from proxy.session import reconcile as rc
 from proxy.session.locks import SessionLocks
+from proxy.session.sqlite_files import ProcessLock, private_database, private_folder
 from proxy.session.sqlite_schema import migrate
 from proxy.session.store import (
+    SECRET_BYTES,
+    BranchState,
     Reconciliation,
     SessionInfo,
     SkillRef,
@@ -139,28 +144,41 @@ class SqliteSessionStore:
         self.lock_timeout_seconds = lock_timeout_seconds
         self._locks = SessionLocks()
         self._hash_memo = rc.ChainMemo()
+        self._process_lock = ProcessLock(self.path)
         self._writer: _Connection | None = None
         self._reader: _Connection | None = None
 
     async def open(self) -> None:
-        """Open the file (created if missing) and apply pending migrations."""
+        """Lock the file for this process, make it private (created 0600 if missing), apply migrations.
+
+        Raises ``DataFolderInUse`` when another process (or another open store) has the file.
+        """
         if self._writer is not None:
             return
+        private_folder(self.path.parent)
+        self._process_lock.acquire()
         writer = _Connection(self.path, query_only=False)
         try:
+            private_database(self.path)
             await writer.run(migrate)
         except BaseException:
             await writer.close()
+            self._process_lock.release()
             raise
         self._writer = writer
         self._reader = _Connection(self.path, query_only=True)
 
+    def check_free(self) -> None:
+        """Raise ``DataFolderInUse`` if another process has the file now (``open`` takes the lock)."""
+        ProcessLock(self.path).check()
+
     async def close(self) -> None:
-        """Close both connections; the store can be opened again."""
+        """Close both connections and release the file; the store can be opened again."""
         for conn in (self._reader, self._writer):
             if conn is not None:
                 await conn.close()
         self._reader = self._writer = None
+        self._process_lock.release()
 
     def _w(self) -> _Connection:
         if self._writer is None:
@@ -172,9 +190,9 @@ class SqliteSessionStore:
             raise StoreError("the session store is not open")
         return self._reader
 
-    def turn_lock(self, context_id: str) -> AbstractAsyncContextManager[None]:
-        """Serialize the turns of one session in this process; ``SessionBusy`` after the wait."""
-        return self._locks.hold(context_id, self.lock_timeout_seconds)
+    def turn_lock(self, context_id: str, branch: str = "") -> AbstractAsyncContextManager[None]:
+        """Serialize the turns of one branch of a session in this process; ``SessionBusy`` after the wait."""
+        return self._locks.hold(context_id, self.lock_timeout_seconds, branch)
 
     async def reconcile(self, context_id: str, scope: str, messages: Sequence[Mapping[str, Any]]) -> Reconciliation:
         """Store the request's new suffix and tool bodies in one transaction; say where it continues."""
@@ -357,6 +375,19 @@ class SqliteSessionStore:
         )
         return None if row is None else rc.load_json(row[0])
 
+    async def state_along(self, context_id: str, chain_hashes: Sequence[str], channel: str) -> BranchState | None:
+        """The channel's value at the last of ``chain_hashes`` that has one, or ``None``."""
+        if not chain_hashes:
+            return None
+        rows = await self._r().run(
+            lambda conn: conn.execute(
+                "SELECT chain_hash, value FROM state_channels"
+                " WHERE context_id = ? AND channel = ? AND chain_hash IN (SELECT value FROM json_each(?))",
+                (context_id, channel, rc.json_text(list(chain_hashes))),
+            ).fetchall()
+        )
+        return rc.nearest_state(chain_hashes, {chash: rc.load_json(value) for chash, value in rows})
+
     async def put_skill_ref(self, context_id: str, ref: SkillRef) -> None:
         """Record a skill read; the same (name, revision, chain hash) twice is one record."""
 
@@ -378,6 +409,19 @@ class SqliteSessionStore:
             ).fetchall()
         )
         return [SkillRef(name, revision, chash) for name, revision, chash in rows]
+
+    async def secret(self, name: str) -> bytes:
+        """The secret ``name``, made on first use; a second process on the file reads the same one."""
+        candidate = secrets.token_bytes(SECRET_BYTES)
+
+        def work(conn: sqlite3.Connection) -> bytes:
+            conn.execute(
+                "INSERT INTO proxy_secrets (name, value, created_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING",
+                (name, candidate, _now()),
+            )
+            return bytes(conn.execute("SELECT value FROM proxy_secrets WHERE name = ?", (name,)).fetchone()[0])
+
+        return await self._w().write(work)
 
 
 def _is_ancestor(conn: sqlite3.Connection, context_id: str, candidate: str, head: str, position: int) -> bool:

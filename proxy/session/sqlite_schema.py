@@ -65,6 +65,16 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         );
         """,
     ),
+    (
+        2,
+        """
+        CREATE TABLE proxy_secrets (
+            name TEXT PRIMARY KEY,
+            value BLOB NOT NULL,
+            created_at TEXT NOT NULL
+        );
+        """,
+    ),
 )
 
 

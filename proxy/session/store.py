@@ -1,6 +1,7 @@
 """The session store contract: what every backend (SQLite, PostgreSQL) provides.
 
-A session is one conversation, named by its context id. Its transcript is content-addressed: every
+A session is one conversation, named by its context id; runs that open alike share one and are its
+branches. Its transcript is content-addressed: every
 stored message is keyed by the chain hash of the prefix it ends (see ``proxy/canonical.py``), so the same
 history sent again is recognised without guessing, an edited or regenerated history forks a new
 branch at the first divergent message, and nothing a client ever sent is overwritten.
@@ -13,16 +14,20 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+SECRET_BYTES = 32  # of every secret a store makes (``SessionStore.secret``)
+
 
 class StoreError(Exception):
     """A store operation failed."""
 
 
 class SessionBusy(StoreError):
-    """The session's turn lock could not be had within the configured wait."""
+    """The turn lock of a session's branch could not be had within the configured wait."""
 
     def __init__(self, context_id: str, waited_seconds: float) -> None:
-        super().__init__(f"session {context_id!r} is busy with another turn (waited {waited_seconds:.1f}s)")
+        super().__init__(
+            f"session {context_id!r} is busy with another turn on the same history (waited {waited_seconds:.1f}s)"
+        )
         self.context_id = context_id
         self.waited_seconds = waited_seconds
 
@@ -59,6 +64,14 @@ class Reconciliation:
 
 
 @dataclass(frozen=True)
+class BranchState:
+    """A state channel's value and the prefix it was written at."""
+
+    chain_hash: str
+    value: Any
+
+
+@dataclass(frozen=True)
 class SkillRef:
     """A durable record that a skill body was read into a session, at a frozen revision."""
 
@@ -84,7 +97,8 @@ def tool_output_ref(chain_hash: str) -> str:
 
 
 class SessionStore(Protocol):
-    """Persistence of sessions. Every method is safe to call concurrently for different sessions."""
+    """Persistence of sessions. Every method is safe to call concurrently, for different sessions and for
+    different branches of one session."""
 
     async def open(self) -> None:
         """Connect and apply pending schema migrations (idempotent)."""
@@ -92,8 +106,12 @@ class SessionStore(Protocol):
     async def close(self) -> None:
         """Release connections."""
 
-    def turn_lock(self, context_id: str) -> AbstractAsyncContextManager[None]:
-        """Serialize the turns of one session; raises ``SessionBusy`` after the configured wait."""
+    def turn_lock(self, context_id: str, branch: str = "") -> AbstractAsyncContextManager[None]:
+        """Serialize the turns of one branch of a session; raises ``SessionBusy`` after the configured wait.
+
+        ``branch`` is the chain hash of the request's last message: requests with the same history
+        share it and take turns, requests whose histories differ hold different locks and run at once.
+        """
 
     async def reconcile(self, context_id: str, scope: str, messages: Sequence[Mapping[str, Any]]) -> Reconciliation:
         """Store the request's new suffix (one transaction) and its tool bodies; return where it continues."""
@@ -133,8 +151,19 @@ class SessionStore(Protocol):
     async def state(self, context_id: str, chain_hash: str, channel: str) -> Any | None:
         """A state channel's value as of the prefix ``chain_hash``, or ``None``."""
 
+    async def state_along(self, context_id: str, chain_hashes: Sequence[str], channel: str) -> BranchState | None:
+        """The channel's value at the last of ``chain_hashes`` (a request's prefixes, oldest first) that has one.
+
+        This is branch state: a value written at a request's head is seen by the requests that extend
+        that head, and never by a request on another branch.
+        """
+
     async def put_skill_ref(self, context_id: str, ref: SkillRef) -> None:
         """Record that a skill body was read (idempotent)."""
 
     async def skill_refs(self, context_id: str) -> list[SkillRef]:
         """The session's skill references, oldest first."""
+
+    async def secret(self, name: str) -> bytes:
+        """The deployment's secret ``name``: made once with ``secrets.token_bytes(SECRET_BYTES)`` by whichever
+        process asks first, then the same for every process and replica on this store."""

@@ -6,6 +6,7 @@ never needed.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,8 @@ import pytest
 from bench.estimator import run_estimator
 from bench.history_cost import run_history_cost
 from bench.long_run import prefix_share, tool_output
+from bench.memory import run_memory
+from bench.memory import tool_output as memory_output
 from bench.report import render_markdown
 from bench.scripted_server import ok_script
 from bench.servers import MASTER_KEY, MODEL
@@ -71,3 +74,37 @@ def test_prefix_share_counts_the_common_prefix() -> None:
 def test_tool_output_is_about_twelve_kilobytes_and_deterministic() -> None:
     assert 12_000 <= len(tool_output(3).encode()) < 12_200
     assert tool_output(3) == tool_output(3) != tool_output(4)
+
+
+def test_memory_part_samples_rss_and_sends_distinct_outputs(servers: tuple[str, str]) -> None:
+    proxy_url, _ = servers
+    result = run_memory(proxy_url, os.getpid(), requests=6, sessions=2, tool_bytes=3_000, samples=3)
+    assert result["failures"] == 0
+    assert [p["requests"] for p in result["points"]] == [2, 4, 6]
+    assert all(p["rss_mib"] > 0 for p in result["points"])
+    assert "## 5. Resident memory" in render_markdown(
+        {
+            "date": "2026-01-01T00:00:00+00:00",
+            "quick": True,
+            "machine": {"cpu": "x", "cores": 2, "platform": "p", "python": "3", "litellm": "1", "commit": "c"},
+            "parts": {"memory": result},
+        }
+    )
+    assert memory_output(0, 1, 3_000) != memory_output(1, 0, 3_000)
+    assert abs(len(memory_output(0, 1, 3_000)) - 3_000) < 80
+
+
+def test_isolation_part_measures_small_requests_during_a_large_one(servers: tuple[str, str]) -> None:
+    from bench.isolation import large_history, run_isolation
+
+    assert len(large_history(301)) == 301
+    result = run_isolation(servers[0], messages=2_000, idle_samples=1)
+    assert result["messages"] == 2_000 and result["large_ms"] > 0 and result["small_idle_ms"] > 0
+    report = {
+        "date": "2026-01-01T00:00:00+00:00",
+        "quick": True,
+        "seconds": 1.0,
+        "machine": {"cpu": "x", "cores": 2, "platform": "p", "python": "3", "litellm": "1", "commit": "c"},
+        "parts": {"isolation": result},
+    }
+    assert "## 6. A very large request" in render_markdown(report)

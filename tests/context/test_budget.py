@@ -12,6 +12,8 @@ from proxy.context.renderer import SEPARATOR, render_section
 from proxy.context.types import Attachment, ContextMessage, Section
 from proxy.errors import AssemblyFailed
 
+NONCE = "0123456789abcdef"  # a framing nonce (a session's is 16 hex digits)
+
 EST = ConservativeTokenEstimator()
 
 
@@ -25,7 +27,7 @@ def cost(section: Section) -> int:
 
 def test_everything_fits_in_render_order() -> None:
     items = [Section("b", "bee", slot=2), Section("a", "ay", slot=1), Section("id", "me", slot=9, protected=True)]
-    result = apply_context_budget(collection(items), 10_000, 10_000, EST)
+    result = apply_context_budget(collection(items), 10_000, 10_000, EST, nonce=NONCE)
     assert [s.id for s in result.sections] == ["a", "b", "id"]
     assert result.diagnostics == ()
     assert result.prompt_tokens == sum(cost(s) for s in items)
@@ -35,7 +37,7 @@ def test_protected_over_budget_fails_naming_them_and_sizes() -> None:
     identity = Section("identity", "x " * 400, protected=True)
     governance = Section("governance", "y " * 10, protected=True)
     with pytest.raises(AssemblyFailed, match=r"identity \(\d+ tokens\).*|governance \(\d+ tokens\)") as info:
-        apply_context_budget(collection([identity, governance]), 100, 100, EST)
+        apply_context_budget(collection([identity, governance]), 100, 100, EST, nonce=NONCE)
     assert f"identity ({cost(identity)} tokens)" in info.value.message
     assert f"governance ({cost(governance)} tokens)" in info.value.message
 
@@ -45,7 +47,7 @@ def test_lower_priority_sections_are_truncated_then_dropped() -> None:
     early = Section("early", "alpha beta gamma " * 200, slot=10)
     late = Section("late", "delta " * 200, slot=20)
     budget = cost(identity) + 120
-    result = apply_context_budget(collection([late, early, identity]), budget, 100, EST)
+    result = apply_context_budget(collection([late, early, identity]), budget, 100, EST, nonce=NONCE)
     ids = [s.id for s in result.sections]
     assert ids == ["identity", "early"]
     cut = result.sections[1]
@@ -57,7 +59,7 @@ def test_lower_priority_sections_are_truncated_then_dropped() -> None:
 def test_small_later_section_still_fits_after_a_drop() -> None:
     big = Section("big", "word " * 500, slot=1)
     small = Section("small", "ok", slot=2)
-    result = apply_context_budget(collection([big, small]), cost(small) + 10, 100, EST)
+    result = apply_context_budget(collection([big, small]), cost(small) + 10, 100, EST, nonce=NONCE)
     assert [s.id for s in result.sections] == ["small"]
     assert [d.code for d in result.diagnostics] == ["section_dropped"]
 
@@ -68,21 +70,21 @@ def test_messages_and_attachments_have_their_own_bound() -> None:
         Attachment("web.a", "page " * 500, "untrusted_data", "web"),
         Attachment("web.b", "tiny", source="web"),
     ]
-    first = EST.count_message(hidden_message(messages[0]))
-    result = apply_context_budget(collection([], messages, attachments), 50, first + 150, EST)
+    first = EST.count_message(hidden_message(messages[0], nonce=NONCE))
+    result = apply_context_budget(collection([], messages, attachments), 50, first + 150, EST, nonce=NONCE)
     assert [m.id for m in result.messages] == ["plan.state"]
     # The earlier attachment is cut to what is left; the later one then no longer fits.
     assert [a.id for a in result.attachments] == ["web.a"]
     assert [d.code for d in result.diagnostics] == ["attachment_truncated", "attachment_dropped"]
     assert "[truncated by the context budget: web.a" in result.attachments[0].content
     assert result.message_tokens <= first + 150
-    spent = sum(EST.count_message(hidden_message(x)) for x in (*result.messages, *result.attachments))
+    spent = sum(EST.count_message(hidden_message(x, nonce=NONCE)) for x in (*result.messages, *result.attachments))
     assert spent == result.message_tokens
 
 
 def test_budgets_must_be_positive() -> None:
     with pytest.raises(ValueError, match="prompt_budget_tokens"):
-        apply_context_budget(collection(), 0, 1, EST)
+        apply_context_budget(collection(), 0, 1, EST, nonce=NONCE)
 
 
 def test_marker_names_the_cut() -> None:
@@ -108,9 +110,9 @@ def test_never_cuts_a_protected_section_and_never_exceeds(sections: list[Section
     protected_cost = sum(cost(s) for s in sections if s.protected)
     if protected_cost > budget:
         with pytest.raises(AssemblyFailed):
-            apply_context_budget(collection(sections), budget, 10, EST)
+            apply_context_budget(collection(sections), budget, 10, EST, nonce=NONCE)
         return
-    result = apply_context_budget(collection(sections), budget, 10, EST)
+    result = apply_context_budget(collection(sections), budget, 10, EST, nonce=NONCE)
     admitted = {s.id: s for s in result.sections}
     for section in sections:
         if section.protected:

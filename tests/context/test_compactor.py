@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.canonical import content_text
-from proxy.context.checkpoint import Checkpoint, is_checkpoint_message
+from proxy.context.checkpoint import Checkpoint, is_checkpoint_message, quote_body
 from proxy.context.compactor import (
     SPLIT_NOTE,
     CompactionConfig,
@@ -20,6 +20,8 @@ from proxy.context.compactor import (
 from proxy.context.estimators import CachingEstimator, ConservativeTokenEstimator
 from proxy.context.previews import is_preview
 from proxy.context.tool_output_reader import read_tool_output
+
+NONCE = "0123456789abcdef"  # a framing nonce (a session's is 16 hex digits)
 
 ESTIMATOR = ConservativeTokenEstimator()
 ANCHOR = "Task: find the melting point of compound X and report it with its uncertainty."
@@ -106,7 +108,7 @@ def assert_protocol_valid(messages: Sequence[Mapping[str, Any]]) -> None:
 
 async def compact(entries: Sequence[HistoryEntry], limit: int, **kw: Any) -> CompactionResult:
     compactor = HistoryCompactor(kw.pop("config", None))
-    return await compactor.compact(entries, limit=limit, estimator=ESTIMATOR, **kw)
+    return await compactor.compact(entries, nonce=NONCE, limit=limit, estimator=ESTIMATOR, **kw)
 
 
 async def test_below_the_threshold_nothing_changes() -> None:
@@ -162,7 +164,7 @@ async def test_bodies_without_a_reference_are_kept_for_the_summarizer() -> None:
     assert result.trace.compacted_refs == []
     assert len(summarizer.history) == 1
     source = summarizer.history[0][-1]["content"]
-    assert entries[2].message["content"] in source  # the whole unreferenced body reaches the summarizer
+    assert quote_body(entries[2].message["content"]) in source  # the whole unreferenced body reaches the summarizer
 
 
 async def test_summarizes_oldest_finished_steps_into_a_checkpoint_after_the_anchor() -> None:
@@ -173,7 +175,7 @@ async def test_summarizes_oldest_finished_steps_into_a_checkpoint_after_the_anch
     assert result.new_checkpoint and result.checkpoint is not None
     messages = result.messages
     assert messages[0] == entries[0].message  # the anchor, verbatim
-    assert is_checkpoint_message(messages[1]) and result.checkpoint_index == 1
+    assert is_checkpoint_message(messages[1], NONCE) and result.checkpoint_index == 1
     assert messages[-2:] == tuple(dict(e.message) for e in entries[-2:])  # the latest step
     assert_protocol_valid(messages)
     covered = result.checkpoint.covered_messages
@@ -202,7 +204,7 @@ async def test_oversized_checkpoint_is_rejected_retried_and_trimming_stands() ->
     assert len(summarizer.history) == 3 and trace.attempts == 3
     assert len(trace.rejections) == 3 and all("not smaller than its source" in r for r in trace.rejections)
     assert result.checkpoint is None and not result.new_checkpoint
-    assert not any(is_checkpoint_message(m) for m in result.messages)
+    assert not any(is_checkpoint_message(m, NONCE) for m in result.messages)
     # The deterministic trimming stands: every old body is a preview, the structure is whole.
     assert trace.compacted_refs and trace.tokens_after < trace.tokens_before
     assert [m.get("tool_call_id") for m in result.messages] == [e.message.get("tool_call_id") for e in entries]
@@ -333,7 +335,9 @@ async def test_kept_suffix_boundary_can_split_a_long_user_message() -> None:
     kept = result.messages[2]
     assert kept["role"] == "user" and kept["content"] == SPLIT_NOTE.format(cut=cut) + paste[cut:]
     source = summarizer.history[-1][-1]["content"]
-    assert paste[:cut] in source and paste[cut:] not in source  # the head went to the summarizer only
+    assert (
+        quote_body(paste[:cut]) in source and quote_body(paste[cut:]) not in source
+    )  # the head went to the summarizer only
     assert list(result.messages[3:]) == [dict(e.message) for e in entries[paste_index + 1 :]]
     assert result.trace.tokens_after <= limit // 2
     # Reused later, the split reproduces the same kept tail.
@@ -464,6 +468,7 @@ async def test_a_long_run_stays_within_the_window_turn_after_turn() -> None:
         summarizer = FakeSummarizer(default=good_checkpoint)
         result = await compactor.compact(
             full[:n],
+            nonce=NONCE,
             limit=limit,
             estimator=estimator,
             summarizer=summarizer,

@@ -13,6 +13,8 @@ from proxy.context.validator import ContextValidator
 from proxy.context.window import AtomicHistoryWindowPolicy
 from proxy.errors import AssemblyFailed
 
+NONCE = "0123456789abcdef"  # a framing nonce (a session's is 16 hex digits)
+
 EST = ConservativeTokenEstimator()
 VALIDATOR = ContextValidator()
 CALL = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {}}]}
@@ -26,9 +28,9 @@ def composed(*messages: dict[str, Any], hidden: tuple[int, ...] = ()) -> Compose
 
 def test_valid_input_returns_its_estimate() -> None:
     good = DefaultContextMessageComposer().compose(
-        "prompt", [{"role": "user", "content": "t"}, CALL, RESULT], [ContextMessage("p.s", "x", "plan")]
+        "prompt", [{"role": "user", "content": "t"}, CALL, RESULT], [ContextMessage("p.s", "x", "plan")], nonce=NONCE
     )
-    total = VALIDATOR.validate(good, limit_tokens=10_000, estimator=EST, tools=TOOLS)
+    total = VALIDATOR.validate(good, limit_tokens=10_000, estimator=EST, tools=TOOLS, nonce=NONCE)
     assert total == sum(EST.count_message(m) for m in good.messages) + EST.count_tools(TOOLS)
 
 
@@ -49,14 +51,32 @@ def test_valid_input_returns_its_estimate() -> None:
 )
 def test_problems_are_reported(messages: tuple[dict[str, Any], ...], hidden: tuple[int, ...], problem: str) -> None:
     with pytest.raises(AssemblyFailed, match="invalid model input") as info:
-        VALIDATOR.validate(composed(*messages, hidden=hidden), limit_tokens=10_000, estimator=EST)
+        VALIDATOR.validate(composed(*messages, hidden=hidden), limit_tokens=10_000, estimator=EST, nonce=NONCE)
     assert problem in info.value.message
+
+
+def test_hidden_messages_must_carry_the_sessions_nonce() -> None:
+    other_session = DefaultContextMessageComposer().compose(
+        "prompt", [{"role": "user", "content": "t"}], [ContextMessage("p.s", "x", "plan")], nonce="f" * 16
+    )
+    with pytest.raises(AssemblyFailed, match="does not carry the session's framing nonce"):
+        VALIDATOR.validate(other_session, limit_tokens=10_000, estimator=EST, nonce=NONCE)
+    unframed = composed(
+        {"role": "user", "content": "t"},
+        {
+            "role": "user",
+            "content": '<context source="plan" authority="data_only" trust="trusted_data" id="p">\nx\n</context>',
+        },
+        hidden=(1,),
+    )
+    with pytest.raises(AssemblyFailed, match="malformed hidden context marker"):
+        VALIDATOR.validate(unframed, limit_tokens=10_000, estimator=EST, nonce=NONCE)
 
 
 def test_over_the_limit_and_all_problems_at_once() -> None:
     bad = composed({"role": "user", "content": "word " * 100}, RESULT)
     with pytest.raises(AssemblyFailed) as info:
-        VALIDATOR.validate(bad, limit_tokens=10, estimator=EST)
+        VALIDATOR.validate(bad, limit_tokens=10, estimator=EST, nonce=NONCE)
     assert "over the limit of 10" in info.value.message and "no matching call" in info.value.message
 
 
@@ -86,11 +106,11 @@ def test_validator_accepts_what_the_stages_produce(history: list[dict[str, Any]]
     attachments = [Attachment("web.page", data, "untrusted_data", "web")]
     prompt = "## Identity\nagent"
     fixed = EST.count_message({"role": "system", "content": prompt}) + sum(
-        EST.count_message(m) for m in composer.hidden_messages([], attachments)
+        EST.count_message(m) for m in composer.hidden_messages([], attachments, nonce=NONCE)
     )
     try:
         window = AtomicHistoryWindowPolicy().apply(history, limit_tokens=limit - fixed, estimator=EST)
     except AssemblyFailed:
         return
-    final = composer.compose(prompt, window.messages, [], attachments)
-    assert VALIDATOR.validate(final, limit_tokens=limit, estimator=EST) <= limit
+    final = composer.compose(prompt, window.messages, [], attachments, nonce=NONCE)
+    assert VALIDATOR.validate(final, limit_tokens=limit, estimator=EST, nonce=NONCE) <= limit

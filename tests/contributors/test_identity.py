@@ -10,6 +10,8 @@ from proxy.context.budget import apply_context_budget
 from proxy.context.estimators import ConservativeTokenEstimator
 from proxy.errors import AssemblyFailed
 
+NONCE = "0123456789abcdef"  # a framing nonce (a session's is 16 hex digits)
+
 SYSTEM = "You are Ada, a careful lab assistant.\n  Keep units SI.  "
 
 
@@ -35,11 +37,11 @@ async def test_protected_identity_is_never_cut_the_assembly_fails_instead(collec
     history = [{"role": "system", "content": "rule " * 400}]
     collection = await collect(history=history)
     estimator = ConservativeTokenEstimator()
-    admitted = apply_context_budget(collection, 5000, 500, estimator)
+    admitted = apply_context_budget(collection, 5000, 500, estimator, nonce=NONCE)
     identity = {s.id: s.text for s in collection.sections}["identity"]
     assert {s.id: s.text for s in admitted.sections}["identity"] == identity
     with pytest.raises(AssemblyFailed, match="identity"):
-        apply_context_budget(collection, 100, 500, estimator)
+        apply_context_budget(collection, 100, 500, estimator, nonce=NONCE)
 
 
 def test_bad_option_names_the_key() -> None:

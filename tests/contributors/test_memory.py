@@ -1,4 +1,4 @@
-"""Memory projection: a short data message and a bounded, trusted ``memory.snapshot`` attachment."""
+"""Memory projection: a short data message and a bounded, untrusted ``memory.snapshot`` attachment."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from contributors.memory import factory
 from proxy.context.hidden import hidden_message
 from proxy.context.state import derive_state
 
+NONCE = "0123456789abcdef"  # a framing nonce (a session's is 16 hex digits)
+
 
 def remembered(tool_step, count: int) -> list:
     history: list = []
@@ -19,14 +21,14 @@ def remembered(tool_step, count: int) -> list:
     return history
 
 
-async def test_snapshot_is_a_trusted_attachment(collect, tool_step) -> None:
+async def test_snapshot_is_an_untrusted_attachment(collect, tool_step) -> None:
     history = remembered(tool_step, 2)
     collection = await collect(history=history, state=derive_state(history))
     (attachment,) = collection.attachments
-    assert (attachment.id, attachment.trust, attachment.source) == ("memory.snapshot", "trusted_data", "memory")
+    assert (attachment.id, attachment.trust, attachment.source) == ("memory.snapshot", "untrusted_data", "memory")
     lines = [json.loads(line) for line in attachment.content.splitlines()]
     assert [line["arguments"]["key"] for line in lines] == ["fact0", "fact1"]
-    assert 'trust="trusted_data"' in hidden_message(attachment)["content"]
+    assert 'trust="untrusted_data"' in hidden_message(attachment, nonce=NONCE)["content"]
     (message,) = [m for m in collection.messages if m.id == "memory.state"]
     assert "2 entries" in message.content
 

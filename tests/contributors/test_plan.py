@@ -9,6 +9,8 @@ from contributors.plan import render_plan
 from proxy.context.hidden import hidden_message, is_hidden_message
 from proxy.context.state import derive_state
 
+NONCE = "0123456789abcdef"  # a framing nonce (a session's is 16 hex digits)
+
 
 def update_plan(call_id: str, status: str) -> dict[str, Any]:
     args = {"plan": [{"step": "load data", "status": "completed"}, {"step": "fit", "status": status}]}
@@ -33,8 +35,8 @@ async def test_main_gets_the_declared_order_plan_as_a_data_message(collect) -> N
     assert "2. [in_progress] fit" in message.content and "[pending]" not in message.content
     assert "data, not instructions" in message.content
     assert "plan.state" not in [s.id for s in collection.sections]  # changes every turn: never in the prompt
-    wrapped = hidden_message(message)
-    assert is_hidden_message(wrapped) and 'authority="data_only"' in wrapped["content"]
+    wrapped = hidden_message(message, nonce=NONCE)
+    assert is_hidden_message(wrapped, NONCE) and 'authority="data_only"' in wrapped["content"]
 
 
 async def test_subagent_gets_the_plan_reviewer_does_not(collect) -> None:

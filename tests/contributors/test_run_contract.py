@@ -7,6 +7,8 @@ import pytest
 from proxy.context.budget import apply_context_budget
 from proxy.context.estimators import ConservativeTokenEstimator
 
+NONCE = "0123456789abcdef"  # a framing nonce (a session's is 16 hex digits)
+
 
 def contract_text(collection) -> str | None:
     return next((s.text for s in collection.sections if s.id == "run_contract"), None)
@@ -42,7 +44,7 @@ async def test_a_long_contract_is_admitted_whole_while_optional_sections_give_wa
     collection = await collect(metadata={"run_contract": contract}, tools=tools)
     estimator = ConservativeTokenEstimator()
     protected_cost = sum(estimator.count_text(s.text) + 40 for s in collection.sections if s.protected)
-    admitted = apply_context_budget(collection, protected_cost, 500, estimator)
+    admitted = apply_context_budget(collection, protected_cost, 500, estimator, nonce=NONCE)
     texts = {s.id: s.text for s in admitted.sections}
     assert texts["run_contract"].endswith(contract)
     assert texts.get("capabilities", "") != next(s.text for s in collection.sections if s.id == "capabilities")

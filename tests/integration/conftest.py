@@ -53,6 +53,8 @@ def provider(_provider_server: tuple[ScriptedProvider, str]) -> ProviderHandle:
     scripted.script = lambda body: Reply(content="ok")
     scripted.context_window = None
     scripted.chunk_delay = 0.0
+    scripted.latency = 0.0
+    scripted.most_concurrent = 0
     scripted.streams_finished = scripted.streams_abandoned = 0
     return ProviderHandle(scripted, url)
 
@@ -73,6 +75,7 @@ class ProxyHandle:
 
     url: str
     settings: Settings
+    stop: Callable[[], None] = lambda: None  # stops the server now (a restart, or to open its store)
 
     def client(self, **kw: Any) -> openai.OpenAI:
         return openai.OpenAI(base_url=f"{self.url}/v1", api_key=kw.pop("api_key", "sk-client"), max_retries=0, **kw)
@@ -88,12 +91,29 @@ def start_proxy(tmp_path: Path, provider: ProviderHandle) -> Iterator[Callable[.
     """Start a proxy (real uvicorn) with settings overrides; every started proxy stops after the test."""
     stack: list[Any] = []
 
+    running: dict[Any, Path] = {}  # SQLite proxies still serving, by the data folder they hold
+
     def start(**overrides: Any) -> ProxyHandle:
         settings = Settings(**{"data_dir": tmp_path / "data", "models": (route_to(provider.url),), **overrides})
+        if settings.store_url is None:
+            # One process per SQLite data folder (the product refuses a second): a test that starts the
+            # proxy again with other settings gets the earlier one stopped first, as an operator would.
+            for earlier, folder in list(running.items()):
+                if folder == settings.data_dir and earlier in stack:
+                    stack.remove(earlier)
+                    earlier.__exit__(None, None, None)
         context = serve_in_thread(create_app(settings))
         url = context.__enter__()
         stack.append(context)
-        return ProxyHandle(url=url, settings=settings)
+        if settings.store_url is None:
+            running[context] = settings.data_dir
+
+        def stop() -> None:
+            if context in stack:
+                stack.remove(context)
+                context.__exit__(None, None, None)
+
+        return ProxyHandle(url=url, settings=settings, stop=stop)
 
     yield start
     while stack:

@@ -135,3 +135,40 @@ def test_unknown_route_and_method_get_openai_shaped_errors(legacy_proxy):
     with httpx.Client(base_url=legacy_proxy.url) as http:
         _assert_error(http.get("/v1/embeddings"), 404, "/v1/embeddings")
         _assert_error(http.get("/v1/chat/completions"), 405, "/v1/chat/completions")
+
+
+USER = {"role": "user", "content": "Index the peaks."}
+SCHEMA_VIOLATIONS = [
+    pytest.param({"messages": [{"role": "user", "content": [{"type": "imagex"}]}]}, "messages.0.content.0", id="user-unknown-part"),  # noqa: E501
+    pytest.param({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages.0.content.0.image_url", id="user-part-missing-field"),  # noqa: E501
+    pytest.param({"messages": [{"role": "system", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}, USER]}, "messages.0.content.0", id="system-image-part"),  # noqa: E501
+    pytest.param({"messages": [{"role": "developer", "content": [{"type": "input_audio", "input_audio": {}}]}, USER]}, "messages.0.content.0", id="developer-audio-part"),  # noqa: E501
+    pytest.param({"messages": [USER, {"role": "assistant", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}, USER]}, "messages.1.content.0", id="assistant-image-part"),  # noqa: E501
+    pytest.param({"messages": [USER, {**CALL}, {"role": "tool", "tool_call_id": "c1", "content": [{"type": "file", "file": {}}]}]}, "messages.2.content.0", id="tool-file-part"),  # noqa: E501
+    pytest.param({"messages": [USER, {**CALL, "tool_calls": {"id": "c1"}}]}, "messages.1.tool_calls", id="tool-calls-not-a-list"),  # noqa: E501
+    pytest.param({"temperature": 2.5}, "temperature", id="temperature-above-2"),
+    pytest.param({"temperature": -0.1}, "temperature", id="temperature-negative"),
+    pytest.param({"temperature": "0.5"}, "temperature", id="temperature-a-string"),
+    pytest.param({"top_p": 1.5}, "top_p", id="top-p-above-1"),
+    pytest.param({"presence_penalty": -2.5}, "presence_penalty", id="presence-penalty-below-2"),
+    pytest.param({"frequency_penalty": 3}, "frequency_penalty", id="frequency-penalty-above-2"),
+    pytest.param({"n": 0}, "n", id="n-zero"),
+    pytest.param({"top_logprobs": 21}, "top_logprobs", id="top-logprobs-above-20"),
+    pytest.param({"max_completion_tokens": 1.5}, "max_completion_tokens", id="max-completion-tokens-a-float"),
+    pytest.param({"stream": "yes"}, "stream", id="stream-a-string"),
+    pytest.param({"seed": "7"}, "seed", id="seed-a-string"),
+    pytest.param({"user": 42}, "user", id="user-a-number"),
+    pytest.param({"stop": [1, 2]}, "stop.0", id="stop-numbers"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("fields", "param"), SCHEMA_VIOLATIONS)
+def test_a_schema_violation_is_a_400_naming_it_and_the_session_goes_on(legacy_proxy, provider, fields, param):
+    session = {"x-session-id": "schema-violation"}
+    with httpx.Client(base_url=legacy_proxy.url) as http:
+        response = http.post("/v1/chat/completions", json={**GOOD, **fields}, headers=session)
+        body = _assert_error(response, 400, param)
+        assert body["error"]["param"] == param
+        assert body["error"]["type"] == "invalid_request_error"
+        assert provider.history == []
+        assert http.post("/v1/chat/completions", json=GOOD, headers=session).status_code == 200

@@ -38,12 +38,15 @@ import vcr
 from vcr.request import Request as VcrRequest
 
 from proxy.config import ModelRoute, Settings
+from proxy.context.checkpoint import CHECKPOINT_OPEN
 from proxy.demo.science import TOOLS as SCIENCE_TOOLS
 from proxy.demo.science import checkpoint_for, is_summary_request, tool_output
 from proxy.demo.scripted_provider import Reply, ToolCall
 
 CASSETTES = Path(__file__).parents[2] / "cassettes"
 RECORDING = os.environ.get("CONTEXT_PROXY_RECORD_CASSETTES") == "1"
+# The framing nonces derive from it: pinned, so that recorded provider input is the same in every run.
+FRAMING_SECRET = b"context-proxy cassettes: a fixed framing secret"
 PLUGIN = Path(__file__).parents[1] / "plugins" / "sample_contributor_pkg"
 TOOLS = [
     {
@@ -156,7 +159,13 @@ def pinned_proxy(start_proxy, provider) -> Callable[..., Any]:
 
     def start(window: int = 16_000, output: int = 2_000, **overrides: Any) -> Any:
         return start_proxy(
-            **{**defaults, "trace_enabled": True, "models": (_route(provider.url, window, output),), **overrides}
+            **{
+                **defaults,
+                "trace_enabled": True,
+                "framing_secret": FRAMING_SECRET,
+                "models": (_route(provider.url, window, output),),
+                **overrides,
+            }
         )
 
     return start
@@ -602,3 +611,84 @@ def test_subagent_past_the_compaction_threshold_keeps_plan_and_skill_references(
     # The declaring update_plan call was summarized away: progress says so instead of guessing.
     assert final_trace["planProgress"] == {"toolCallId": "call_plan", "anchorFound": False}
     assert "ref=" in json.dumps(final["messages"])  # stored outputs stay readable through read_tool_output
+
+
+# --- the Responses API ingress --------------------------------------------------------------------------
+
+RESPONSES_STEPS = 14
+
+
+def _responses_script(body: dict[str, Any]) -> Reply:
+    """``run_step`` calls until ``RESPONSES_STEPS``, then the answer; the step is read from what the model sees."""
+    if is_summary_request(body):
+        return _reply_to_summary(body)
+    contents = [str(m.get("content") or "") for m in body["messages"]]
+    steps = [int(found) for c in contents for found in STEP_LOG.findall(c[:400])]
+    steps += [int(line.split()[2]) for c in contents for line in c.splitlines() if line.startswith("- step ")]
+    last = max(steps, default=0)
+    if last >= RESPONSES_STEPS:
+        return Reply(content=f"Calibrated in {last} steps.")
+    return Reply(tool_calls=(ToolCall("run_step", {"step": last + 1}, id=f"call_step_{last + 1}"),))
+
+
+def test_responses_session_with_proxy_and_remote_compaction_is_pinned(provider, pinned_proxy, replay_checked):
+    """A Codex-style Responses session (whole history resent, store: false) crossing the proxy's own
+    compaction, then a remote compaction (compaction_trigger) and a turn carrying the compaction item."""
+    provider.script(_responses_script)
+    proxy = pinned_proxy(window=7_000, output=1_000)
+    client = proxy.client()
+    tools = [{"type": "function", **t["function"]} for t in SCIENCE_TOOLS] + [{"type": "web_search"}]
+    task = f"Run the {RESPONSES_STEPS}-step calibration protocol."
+    items: list[dict[str, Any]] = [
+        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": SYSTEM}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": task}]},
+    ]
+    headers = {"session-id": "responses-pinned"}
+
+    def turn(extra: list[dict[str, Any]] | None = None) -> Any:
+        return client.responses.create(
+            model="lab-model", input=items + (extra or []), tools=tools, store=False, extra_headers=headers
+        )
+
+    with use_cassette(proxy.url, "responses_compaction.yaml") as cassette:
+        for _ in range(6):
+            response = turn()
+            call = response.output[0]
+            items.append(call.model_dump(exclude_none=True))
+            output = tool_output(json.loads(call.arguments)["step"], 3_000)
+            items.append({"type": "function_call_output", "call_id": call.call_id, "output": output})
+        compacted = turn([{"type": "compaction_trigger"}])
+        (item,) = compacted.output
+        assert item.type == "compaction"
+        # What Codex keeps: its developer/user messages, then the item verbatim.
+        items = [i for i in items if i.get("type") == "message"] + [item.model_dump(exclude_none=True)]
+        while True:
+            response = turn()
+            if response.output[0].type != "function_call":
+                break
+            call = response.output[0]
+            items.append(call.model_dump(exclude_none=True))
+            output = tool_output(json.loads(call.arguments)["step"], 3_000)
+            items.append({"type": "function_call_output", "call_id": call.call_id, "output": output})
+    assert response.output_text == f"Calibrated in {RESPONSES_STEPS} steps."
+
+    all_sent = _sent(cassette)
+    summaries = [b for b in all_sent if is_summary_request(b)]
+    sent = [b for b in all_sent if not is_summary_request(b)]
+    assert len(summaries) >= 2  # the assembler's own checkpoint, and the remote compaction's
+    traces = _traces(proxy, "responses-pinned")
+    assert len(traces) == len(sent)
+    assert any(t["compaction"]["summarized_messages"] for t in traces)
+    for trace, body in zip(traces, sent, strict=True):
+        _assert_llm_input_was_sent(trace, body)
+        assert trace["ingress"]["hostedToolsOmitted"] == ["web_search"]
+        assert "web_search" not in _tool_names(body)
+        assert any(m["role"] == "user" and m["content"] == task for m in body["messages"])
+    after = [b for b in sent if any(_is_checkpoint(m) for m in b["messages"])]
+    assert after, "no turn after the remote compaction saw its checkpoint"
+
+
+def _is_checkpoint(message: dict[str, Any]) -> bool:
+    """A checkpoint message under whatever framing nonce the proxy's session has."""
+    content = message.get("content")
+    return message.get("role") == "user" and isinstance(content, str) and CHECKPOINT_OPEN.match(content) is not None

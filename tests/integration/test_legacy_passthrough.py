@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -35,8 +36,12 @@ def _sent_without_model(body: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if k != "model"}
 
 
-def test_tool_call_answer_and_request_pass_through_unchanged(provider, legacy_proxy):
+def test_tool_call_answer_and_request_pass_through_unchanged(provider, start_proxy):
     provider.script(lambda body: Reply(tool_calls=(ToolCall("measure", {"sample": "A"}, id="call_a1"),)))
+    route = start_proxy(mode="legacy").settings.models[0]
+    # A provider extension passes once the route allows it (allowed_client_params).
+    allowing = dataclasses.replace(route, allowed_client_params=frozenset({"vendor_knob"}))
+    legacy_proxy = start_proxy(mode="legacy", models=(allowing,))
     client = legacy_proxy.client()
 
     raw = client.chat.completions.with_raw_response.create(

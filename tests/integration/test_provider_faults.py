@@ -11,6 +11,7 @@ import jsonschema
 import openai
 import pytest
 
+from proxy.demo.science import is_summary_request
 from proxy.demo.scripted_provider import Reply
 
 SCHEMAS = json.loads((Path(__file__).parents[1] / "data" / "openai-chat-schemas.json").read_text())
@@ -27,12 +28,27 @@ OVERFLOW = {
 }
 
 
-def _post(url: str, **extra: Any) -> httpx.Response:
+# About 9,700 estimated tokens over ten turns (compaction can drop the old ones): more than the 8,192
+# OVERFLOW states, well inside the route's 16,000.
+LARGE = [
+    MESSAGES[0],
+    *(
+        message
+        for turn in range(10)
+        for message in (
+            {"role": "assistant", "content": f"Notes on spectrum {turn}: " + "peak " * 540},
+            {"role": "user", "content": f"Go on with spectrum {turn + 1}."},
+        )
+    ),
+]
+
+
+def _post(url: str, session: str = "faults", **extra: Any) -> httpx.Response:
     with httpx.Client(base_url=url, timeout=30) as http:
         return http.post(
             "/v1/chat/completions",
             json={"model": "test-model", "messages": MESSAGES, **extra},
-            headers={"x-session-id": "faults"},
+            headers={"x-session-id": session},
         )
 
 
@@ -102,10 +118,10 @@ def test_overflow_outside_dynamic_is_surfaced_without_retry(start_proxy, provide
 def test_overflow_then_success_retries_exactly_once_in_dynamic(start_proxy, provider):
     proxy = start_proxy(mode="dynamic", trace_enabled=True)
     provider.script(_overflow_first(1))
-    response = _post(proxy.url)
+    response = _post(proxy.url, messages=LARGE)  # a believable overflow of 8,192
     assert response.status_code == 200, response.text
     assert response.json()["choices"][0]["message"]["content"] == "fits now"
-    assert len(provider.history) == 2
+    assert len([body for body in provider.history if not is_summary_request(body)]) == 2  # the forced pass summarizes
     folder = proxy.settings.data_dir / "context-traces" / "faults"
     first = json.loads((folder / "turn-0001.json").read_text())
     retry = json.loads((folder / "turn-0001-recovery-1.json").read_text())
@@ -133,3 +149,129 @@ def test_streamed_overflow_is_retried_before_the_stream_starts(start_proxy, prov
     stream = proxy.client().chat.completions.create(model="test-model", messages=MESSAGES, stream=True)
     assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == "fits now"
     assert len(provider.history) == 2
+
+
+def _overflow_stating(limit: int, first_of: int = 1):
+    body = {"error": {**OVERFLOW["error"], "message": f"This model's maximum context length is {limit} tokens."}}
+    calls = {"n": 0}
+
+    def script(request: dict[str, Any]) -> Reply:
+        calls["n"] += 1
+        return Reply(error_status=400, error_body=body) if calls["n"] <= first_of else Reply(content="fits now")
+
+    return script
+
+
+def _budgets(proxy, session: str) -> dict[str, Any]:
+    folder = proxy.settings.data_dir / "context-traces" / session
+    return json.loads(sorted(folder.glob("turn-*.json"))[-1].read_text())["budgets"]
+
+
+def test_an_overflow_the_request_could_not_cause_teaches_no_limit(start_proxy, provider):
+    proxy = start_proxy(mode="dynamic", trace_enabled=True)
+    # A tiny window, stated after a request of a few hundred tokens: even the floor (4,000) would have
+    # fit that request, so the statement is not about it.
+    provider.script(_overflow_stating(64))
+    assert _post(proxy.url, session="victim-0").status_code == 400  # its own retry believed 64: nothing fits
+    assert _post(proxy.url, session="other").status_code == 200
+    budgets = _budgets(proxy, "other")
+    assert (budgets["modelMaxTokens"], budgets["source"]) == (16_000, "config")
+
+
+def test_a_believable_overflow_is_learned_for_the_route_above_the_floor(start_proxy, provider):
+    proxy = start_proxy(mode="dynamic", trace_enabled=True)
+    provider.script(_overflow_stating(8192))
+    assert _post(proxy.url, session="big", messages=LARGE).status_code == 200
+    assert _post(proxy.url, session="other").status_code == 200
+    assert _budgets(proxy, "other") == {**_budgets(proxy, "other"), "modelMaxTokens": 8192, "source": "provider_error"}
+
+
+def test_a_believable_overflow_stating_a_tiny_window_is_learned_at_the_floor(start_proxy, provider):
+    proxy = start_proxy(mode="dynamic", trace_enabled=True)
+    provider.script(_overflow_stating(100))  # consistent with the request, but below the floor
+    assert _post(proxy.url, session="big-2", messages=LARGE).status_code == 400  # nothing fits 100 for its retry
+    assert _post(proxy.url, session="other-2").status_code == 200
+    budgets = _budgets(proxy, "other-2")
+    assert (budgets["modelMaxTokens"], budgets["source"]) == (4000, "provider_error")  # max(1,024, 16,000 / 4)
+
+
+NO_CHOICES = {"id": "chatcmpl-x", "object": "chat.completion", "created": 1, "model": "scripted", "choices": []}
+
+
+@pytest.mark.parametrize("mode", ["legacy", "dynamic"])
+def test_an_answer_without_choices_is_a_502_and_the_session_goes_on(start_proxy, provider, mode):
+    proxy = start_proxy(mode=mode)
+    provider.script(lambda body: Reply(body=NO_CHOICES))
+    response = _post(proxy.url)
+    assert response.status_code == 502, response.text
+    ERROR_SCHEMA.validate(response.json())
+    assert "without any choice" in response.json()["error"]["message"]
+    provider.script(lambda body: Reply(content="fine"))
+    assert _post(proxy.url).json()["choices"][0]["message"]["content"] == "fine"
+
+
+def test_an_answer_missing_choices_is_a_502(legacy_proxy, provider):
+    provider.script(lambda body: Reply(body={k: v for k, v in NO_CHOICES.items() if k != "choices"}))
+    response = _post(legacy_proxy.url)
+    assert response.status_code == 502
+    assert "choices" in response.json()["error"]["message"]
+
+
+def test_a_stream_without_any_content_is_a_502_before_the_first_byte(start_proxy, provider):
+    proxy = start_proxy(mode="dynamic")
+    provider.script(lambda body: Reply(body=[]))  # the provider sends only [DONE]
+    response = _post(proxy.url, stream=True)
+    assert response.status_code == 502, response.text
+    assert "stream ended without any choice content" in response.json()["error"]["message"]
+
+
+def test_a_stream_whose_last_chunk_only_carries_usage_is_relayed(legacy_proxy, provider):
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "scripted"}
+    events = [
+        {**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "hi"}, "finish_reason": None}]},
+        {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        {**chunk, "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}},
+    ]
+    provider.script(lambda body: Reply(body=events))
+    stream = legacy_proxy.client().chat.completions.create(
+        model="test-model", messages=MESSAGES, stream=True, stream_options={"include_usage": True}
+    )
+    chunks = list(stream)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "hi"
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None and chunks[-1].usage.total_tokens == 4
+
+
+@pytest.mark.parametrize("mode", ["legacy", "dynamic"])
+def test_an_answer_cut_mid_body_says_it_broke_off(start_proxy, provider, mode):
+    proxy = start_proxy(mode=mode)
+    whole = {**NO_CHOICES, "choices": [{"index": 0, "message": {"role": "assistant", "content": "x" * 200}}]}
+    provider.script(lambda body: Reply(body=whole, cut_after=60))
+    response = _post(proxy.url)
+    assert response.status_code == 502, response.text
+    error = response.json()["error"]
+    assert error["code"] == "provider_answer_incomplete"
+    assert "broke off mid-body" in error["message"]
+    assert "Could not reach" not in error["message"]
+    provider.script(lambda body: Reply(content="fine"))
+    assert _post(proxy.url).status_code == 200
+
+
+def test_a_client_mistake_the_provider_rejects_is_a_400_naming_it(legacy_proxy, provider):
+    rejection = {
+        "error": {
+            "message": "Invalid 'messages[0].content[0].image_url.url': expected a valid URL.",
+            "type": "invalid_request_error",
+            "param": "messages[0].content[0].image_url.url",
+            "code": "invalid_value",
+        }
+    }
+    provider.script(lambda body: Reply(error_status=400, error_body=rejection))
+    response = _post(legacy_proxy.url)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["type"], error["code"], error["param"]) == (
+        "invalid_request_error",
+        "invalid_value",
+        "messages[0].content[0].image_url.url",
+    )
+    assert "Could not reach" not in error["message"]

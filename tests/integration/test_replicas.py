@@ -28,6 +28,7 @@ import httpx
 import pytest
 
 from proxy.context.checkpoint import Checkpoint, render_sections
+from proxy.context.nonce import SECRET_NAME, session_nonce
 from proxy.demo.scripted_provider import Reply, ScriptedProvider, serve_in_thread
 from proxy.session import open_store
 from proxy.session.store import SessionStore
@@ -176,6 +177,8 @@ async def _check_session(
     assert len(run.served_by) == TURNS and set(run.served_by) == {0, 1}, sid
 
     traces = _traces(replicas, sid)
+    # Both replicas frame the session with one nonce: the store's secret is shared.
+    nonce = session_nonce(await store.secret(SECRET_NAME), sid)
     assert sorted(traces) == [f"turn-{turn:04d}.json" for turn in range(1, TURNS + 1)], sid
     for turn in range(1, TURNS + 1):
         copies = traces[f"turn-{turn:04d}.json"]
@@ -188,7 +191,7 @@ async def _check_session(
         # The checkpoint written after turn 10 is reused by every later turn (turn 11 on the other
         # replica first) and stands in the model's input for the steps it covers.
         reused = (trace["compaction"] or {}).get("reused_checkpoint")
-        shown = handoff[1].message() in trace["llmInput"]["messages"]
+        shown = handoff[1].message(nonce) in trace["llmInput"]["messages"]
         assert (reused, shown) == ((handoff[0], True) if turn > HANDOFF_TURN else (None, False)), (sid, turn)
     head = traces[f"turn-{TURNS:04d}.json"][0][1]["session"]["headHash"]
 

@@ -32,6 +32,7 @@ def test_session_survives_a_restart(start_proxy, provider):
         reply = _turn(http, messages, **{"x-session-id": "run-42"}).json()["choices"][0]["message"]
     messages += [{"role": "assistant", "content": reply["content"]}, {"role": "user", "content": "go on"}]
 
+    first.stop()  # one process per SQLite data folder: the restart comes after the first one ends
     second = start_proxy(mode="legacy", trace_enabled=True)  # a new process image on the same data dir
     with httpx.Client(base_url=second.url) as http:
         response = _turn(http, messages, **{"x-session-id": "run-42"})
@@ -42,6 +43,8 @@ def test_session_survives_a_restart(start_proxy, provider):
         "knownMessages": 2,
         "newMessages": 2,
         "forked": False,
+        # the second model call on this branch, after the first (whose head was the opening)
+        "branch": {"turn": 2, "parentHeadHash": _trace(second.settings.data_dir, "run-42", 1)["session"]["headHash"]},
     }
 
 
@@ -60,6 +63,8 @@ def test_two_sessions_never_see_each_others_data(start_proxy, provider, tmp_path
     with httpx.Client(base_url=proxy.url) as http:
         _turn(http, a, **{"x-session-id": "sess-a"})
         _turn(http, b, **{"x-session-id": "sess-b"})
+
+    proxy.stop()  # the proxy holds its SQLite store until it ends
 
     async def inspect() -> None:
         store = open_store(None, proxy.settings.data_dir, 5)
@@ -133,6 +138,7 @@ def test_per_request_mode_header_only_when_the_operator_allows_it(start_proxy, p
     with httpx.Client(base_url=locked.url) as http:
         ignored = http.post("/v1/chat/completions", json=body, headers={"x-context-mode": "legacy"})
     assert ignored.headers["x-context-mode"] == "dynamic"
+    locked.stop()  # one process per SQLite data folder
     open_proxy = start_proxy(mode="dynamic", allow_mode_header=True)
     with httpx.Client(base_url=open_proxy.url) as http:
         chosen = http.post("/v1/chat/completions", json=body, headers={"x-context-mode": "legacy"})

@@ -17,6 +17,8 @@ from proxy.context.estimators import ConservativeTokenEstimator
 from proxy.context.registry import ContextContributorRegistry, RegistryError, discover_factories
 from proxy.context.types import ContributionRequest
 
+NONCE = "0123456789abcdef"  # a framing nonce (a session's is 16 hex digits)
+
 PACKAGE = Path(__file__).parent / "sample_contributor_pkg"
 BUILTINS = {"identity", "governance", "run_contract", "capabilities", "skills"}
 
@@ -61,7 +63,7 @@ async def test_its_contributor_runs_in_its_scope_only(installed: Path) -> None:
 
 async def test_its_output_is_cut_by_the_budget_while_protected_sections_stay_whole(installed: Path) -> None:
     collection = await collect_detailed(ContextContributorRegistry("main", load("sample")), request())
-    admitted = apply_context_budget(collection, 400, 300, ConservativeTokenEstimator())
+    admitted = apply_context_budget(collection, 400, 300, ConservativeTokenEstimator(), nonce=NONCE)
     protected = {s.id: s.text for s in collection.sections if s.protected}
     assert {s.id: s.text for s in admitted.sections if s.protected} == protected
     banner = next((s for s in admitted.sections if s.id == "sample.banner"), None)

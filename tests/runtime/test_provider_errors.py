@@ -314,3 +314,23 @@ def test_translated_error_bodies_are_valid_openai_errors(litellm: ModuleType, sc
     validator = jsonschema.Draft202012Validator(schemas["ErrorResponse"])
     for _name, exc, _status, _code in _constructed(litellm):
         validator.validate(translate_provider_error(exc).body())
+
+
+async def test_a_call_litellm_cannot_build_is_a_400_not_an_unreachable_provider(litellm: ModuleType, provider) -> None:
+    api_base = provider.add(body={})
+    bad_part = [{"role": "user", "content": [{"type": "imagex", "imagex": {}}]}]
+    raised: BaseException | None = None
+    try:
+        await litellm.acompletion(model="openai/test", api_base=api_base, api_key="sk-test", messages=bad_part)
+    except Exception as exc:
+        raised = exc
+    assert raised is not None
+    error = translate_provider_error(raised)
+    assert (error.status, error.type) == (400, "invalid_request_error")
+    assert "imagex" in error.message and "Could not reach" not in error.message
+    assert provider.received[api_base.split("/")[3]] == []  # nothing was sent
+
+
+async def test_a_refused_connection_is_still_unreachable(litellm: ModuleType) -> None:
+    error = translate_provider_error(await _raised(litellm, "http://127.0.0.1:9/v1"))
+    assert (error.status, error.code) == (502, "provider_unreachable")

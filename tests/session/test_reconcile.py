@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,7 +20,7 @@ MESSAGES = st.lists(
 @settings(max_examples=60, deadline=None)
 @given(st.lists(MESSAGES, min_size=1, max_size=5))
 def test_memo_agrees_with_full_hashing_for_any_sequence_of_requests(requests):
-    memo = rc.ChainMemo(max_sessions=2)
+    memo = rc.ChainMemo(max_bytes=2_000)
     for messages in requests:  # continuations, rewrites, forks and shrinks, in any order
         assert memo.hashes("s", messages) == chain_hashes(messages)
 
@@ -38,3 +40,47 @@ def test_a_continuation_hashes_only_the_new_suffix(monkeypatch):
     assert memo.hashes("s", edited) == chain_hashes(edited)
     assert hashed == [10, 45]  # from the first difference on
     assert memo.hashes("other", history) == chain_hashes(history)  # sessions do not share entries
+
+
+def test_memo_memory_stays_within_its_byte_bound_under_many_large_distinct_sessions():
+    # 300 sessions resending 40 messages with 50 KB tool results each: kept by reference, the memo would
+    # hold about 300 MB of them; it keeps digests and hashes only, within max_bytes.
+    memo = rc.ChainMemo(max_bytes=256 * 1024)
+    body = "y" * 50_000
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for session in range(300):
+            messages = [{"role": "user", "content": f"task {session}"}]
+            for step in range(20):
+                call = {"id": f"c{step}", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+                messages.append({"role": "tool", "tool_call_id": f"c{step}", "content": f"{session}/{step}{body}"})
+            assert memo.hashes(f"session-{session}", messages) == chain_hashes(messages)
+            del messages
+        retained = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert retained < memo.max_bytes, f"{retained} bytes retained, bound {memo.max_bytes}"
+    assert memo.size <= memo.max_bytes
+    assert 10 < len(memo._last) < 300  # the most recent sessions stay, the oldest were dropped
+
+
+def test_the_memo_size_estimate_covers_what_an_entry_really_costs():
+    memo = rc.ChainMemo()
+    messages = [{"role": "user", "content": f"m{i}"} for i in range(5_000)]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        memo.hashes("s", messages)
+        retained = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert retained <= memo.size < 1.5 * retained
+
+
+def test_a_session_larger_than_the_whole_budget_is_hashed_but_not_kept():
+    memo = rc.ChainMemo(max_bytes=1_000)
+    messages = [{"role": "user", "content": f"m{i}"} for i in range(100)]
+    assert memo.hashes("big", messages) == chain_hashes(messages)
+    assert (memo.size, len(memo._last)) == (0, 0)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from proxy.canonical import chain_hashes
-from proxy.session.store import SessionStore, SkillRef, UnknownSession, tool_output_ref
+from proxy.session.store import SECRET_BYTES, SessionStore, SkillRef, UnknownSession, tool_output_ref
 
 Message = dict[str, Any]
 
@@ -447,6 +447,54 @@ async def test_two_replicas_serialize_the_same_session(backend: Any) -> None:
     assert "start cancelled" not in log
 
 
+async def test_turn_locks_are_per_branch_of_a_session(backend: Any) -> None:
+    from proxy.session.store import SessionBusy
+
+    store = await backend.open(lock_timeout_seconds=0.3)
+    # Replicas share a PostgreSQL database; a SQLite folder is served by one process only.
+    replica = await backend.open(lock_timeout_seconds=0.3) if backend.name == "postgres" else store
+    async with store.turn_lock("s", "head-a"):
+        # Another branch of the same session (another run with the same opening) is not blocked...
+        async with asyncio.timeout(1.0), store.turn_lock("s", "head-b"):
+            pass
+        # ...but the same branch is, here and (on PostgreSQL) on a replica sharing the database.
+        with pytest.raises(SessionBusy):
+            async with store.turn_lock("s", "head-a"):
+                pytest.fail("one branch was held twice")
+        if backend.name == "postgres":
+            with pytest.raises(SessionBusy):
+                async with replica.turn_lock("s", "head-a"):
+                    pytest.fail("two replicas held one branch")
+            async with asyncio.timeout(1.0), replica.turn_lock("s", "head-b"):
+                pass
+        # The branchless lock of earlier releases is a branch of its own.
+        async with asyncio.timeout(1.0), store.turn_lock("s"):
+            pass
+    async with store.turn_lock("s", "head-a"):
+        pass
+
+
+async def test_state_along_reads_the_nearest_prefix_of_the_requests_own_chain(store: SessionStore) -> None:
+    opening = [system(), user("calibrate")]
+    run_a = [*opening, assistant("a1"), user("a2")]
+    run_b = [*opening, assistant("b1"), user("b2")]
+    a = (await store.reconcile("s", "main", run_a)).chain_hashes
+    b = (await store.reconcile("s", "main", run_b)).chain_hashes
+    await store.put_state("s", a[1], "previews", ["shared"])
+    await store.put_state("s", a[3], "previews", ["a only"])
+    await store.put_state("s", b[2], "other", 1)
+
+    found = await store.state_along("s", a, "previews")
+    assert found is not None and (found.chain_hash, found.value) == (a[3], ["a only"])
+    found = await store.state_along("s", b, "previews")  # b never sees a's head, only the shared opening
+    assert found is not None and (found.chain_hash, found.value) == (b[1], ["shared"])
+    found = await store.state_along("s", a[:2], "previews")  # a rewind sees the state as of its point
+    assert found is not None and found.value == ["shared"]
+    assert await store.state_along("s", a, "other") is None
+    assert await store.state_along("t", a, "previews") is None
+    assert await store.state_along("s", [], "previews") is None
+
+
 # --- restart and migrations -----------------------------------------------------------------------
 
 
@@ -476,19 +524,36 @@ async def test_a_restart_keeps_every_session(backend: Any) -> None:
     assert (again.created, again.new_messages) == (False, [])
 
 
+# Only PostgreSQL has replicas opening one location together; a second SQLite store on an open file is
+# refused (tests/session/test_sqlite_files.py), and its migrations rerun at every restart (above).
+@pytest.mark.parametrize("backend", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
 async def test_migrations_are_idempotent_and_safe_to_run_at_once(backend: Any) -> None:
     # Two stores opening a fresh location together, as two replicas starting at the same moment do.
     a, b = backend.make(), backend.make()
     backend.opened += [a, b]
     await asyncio.gather(a.open(), b.open())
     versions = await backend.versions()
-    assert versions == [1]
+    assert versions == [1, 2]
 
     await a.reconcile("s", "main", conversation(1))
     await a.open()  # opening an open store is a no-op
     c = await backend.open()
     assert await backend.versions() == versions
     assert await c.session("s") is not None
+
+
+async def test_a_secret_is_made_once_and_shared_by_replicas_and_restarts(backend: Any) -> None:
+    # Two replicas asking at the same moment on a fresh location get one secret, not one each (replicas
+    # share a PostgreSQL database; a SQLite folder is served by one process, so there one store asks twice).
+    a = await backend.open()
+    b = await backend.open() if backend.name == "postgres" else a
+    first, second = await asyncio.gather(a.secret("framing"), b.secret("framing"))
+    assert first == second and len(first) == SECRET_BYTES
+    await a.close()
+    restarted = await backend.open()
+    assert await restarted.secret("framing") == first
+    other = await restarted.secret("another")
+    assert len(other) == SECRET_BYTES and other != first
 
 
 # --- side records ---------------------------------------------------------------------------------

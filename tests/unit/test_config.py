@@ -87,3 +87,15 @@ def test_limit_overrides_and_window_cap():
     assert limits.source == "env"
     smaller = limits.with_model_max(8192, source="provider_error")
     assert smaller.effective_input_tokens == 8192 - 4096
+
+
+def test_request_message_cap_and_shutdown_grace_are_read_and_checked():
+    settings = Settings.from_env({})
+    assert (settings.max_request_messages, settings.shutdown_grace_seconds) == (100_000, 30)
+    settings = Settings.from_env(
+        {"CONTEXT_PROXY_MAX_REQUEST_MESSAGES": "500", "CONTEXT_PROXY_SHUTDOWN_GRACE_SECONDS": "5"}
+    )
+    assert (settings.max_request_messages, settings.shutdown_grace_seconds) == (500, 5)
+    for name in ("CONTEXT_PROXY_MAX_REQUEST_MESSAGES", "CONTEXT_PROXY_SHUTDOWN_GRACE_SECONDS"):
+        with pytest.raises(ConfigError, match=name):
+            Settings.from_env({name: "-1"})

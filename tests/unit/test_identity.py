@@ -38,3 +38,14 @@ def test_scope_header():
     assert identify({"x-agent-scope": "Reviewer"}, {"messages": FIRST}).scope == "reviewer"
     with pytest.raises(InvalidRequest, match="x-agent-scope"):
         identify({"x-agent-scope": "root"}, {"messages": FIRST})
+
+
+def test_codex_session_headers_and_prompt_cache_key_name_the_session():
+    from proxy.identity import identify as _identify
+
+    uuid = "01a22f96-f2d2-7962-b8fd-d217d73f8ca2"
+    assert _identify({"session-id": uuid, "thread-id": "other"}, {"messages": []}).source == "header:session-id"
+    assert _identify({"thread-id": uuid}, {"messages": []}).context_id == uuid
+    by_body = _identify({}, {"messages": [], "prompt_cache_key": uuid})
+    assert (by_body.context_id, by_body.source) == (uuid, "body:prompt_cache_key")
+    assert _identify({"x-session-id": "explicit", "session-id": uuid}, {"messages": []}).context_id == "explicit"

@@ -1,0 +1,128 @@
+"""Request body bytes to a JSON object: the one place a client's JSON is decoded.
+
+Everything a client can send that is legal JSON but poison further on is settled here, before
+anything is stored, counted or validated:
+
+- nesting deeper than ``MAX_DEPTH`` is refused with a check that is not recursive, before the
+  (recursive) decoder runs, so no input reaches Python's recursion limit anywhere downstream;
+- ``NaN``, ``Infinity``, ``-Infinity`` and numbers too large for a float are refused (a provider
+  would reject them, and JSON encoders downstream would emit them as invalid JSON);
+- lone UTF-16 surrogates (``"\\ud800"``, which Python agents produce from ``surrogateescape`` file
+  names) become U+FFFD: they cannot be encoded as UTF-8, so a store, an estimator or a trace would
+  fail on them in every later turn of the session.
+
+Only this function decodes. A faster decoder (orjson) refuses lone surrogates outright, so adopting
+one means falling back to this path for bodies it refuses, not scattering decode calls around.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from proxy.errors import InvalidRequest
+
+MAX_DEPTH = 64  # arrays and objects; an OpenAI chat request needs about 8
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'"[]{}')  # deleted before counting brackets
+_BRACKETS_IN_STRING = re.compile(rb'"[^"]*"')
+_INNERMOST_PAIR = re.compile(rb"\[\]|\{\}")  # one scan per pass: a pair it uncovers waits for the next
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def decode_body(raw: bytes, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
+    """The body as a JSON object; ``InvalidRequest`` (400) naming the problem for anything else."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest(f"The request body is not valid UTF-8 (byte {exc.start}).") from None
+    _check_depth(raw, max_depth)
+    try:
+        body: Any = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except InvalidRequest:
+        raise
+    except json.JSONDecodeError as exc:
+        raise InvalidRequest(
+            f"The request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}."
+        ) from None
+    except ValueError as exc:  # an integer with more digits than Python converts (sys.get_int_max_str_digits)
+        raise InvalidRequest(f"The request body holds a number that cannot be read: {exc}") from None
+    if not isinstance(body, dict):
+        raise InvalidRequest(f"The request body must be a JSON object, not {_json_kind(body)}.")
+    if _SURROGATE_ESCAPE.search(raw):  # lone surrogates only arise from \u escapes: strict UTF-8 had none
+        return _replace_surrogates(body)
+    return body
+
+
+def _check_depth(raw: bytes, max_depth: int) -> None:
+    """Refuse nesting deeper than ``max_depth`` without recursing (and without a per-character loop).
+
+    Works on the UTF-8 bytes, where no multi-byte character contains a quote, a backslash or a
+    bracket: escaped backslashes and quotes go first, then everything but quotes and brackets, then
+    the strings (now quotes around brackets only). Each pass then removes every innermost pair, so
+    the number of passes is the nesting depth. Unbalanced brackets are left to the decoder, unless
+    there are so many that the decoder itself would recurse too far.
+    """
+    structure = raw.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_STRUCTURE)
+    brackets = _BRACKETS_IN_STRING.sub(b"", structure)
+    for _ in range(max_depth):
+        if not brackets:
+            return
+        shorter = _INNERMOST_PAIR.sub(b"", brackets)
+        if len(shorter) == len(brackets):  # unbalanced: the decoder names the syntax error
+            if brackets.count(b"[") + brackets.count(b"{") <= max_depth:
+                return
+            raise InvalidRequest("The request body is not valid JSON: its brackets do not balance.")
+        brackets = shorter
+    if brackets:
+        raise InvalidRequest(f"The request body nests arrays and objects deeper than {max_depth} levels.")
+
+
+def _refuse_constant(name: str) -> Any:
+    raise InvalidRequest(f"The request body holds {name}, which is not a JSON number.")
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):
+        raise InvalidRequest(f"The request body holds the number {literal[:40]}, which is too large for a float.")
+    return value
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return "a number"
+
+
+def _replace_surrogates(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with every lone surrogate in keys and strings replaced by U+FFFD, walked without recursion."""
+    pending: list[dict[str, Any] | list[Any]] = [body]
+    while pending:
+        container = pending.pop()
+        if isinstance(container, list):
+            for index, item in enumerate(container):
+                if isinstance(item, str):
+                    container[index] = _SURROGATE.sub("\ufffd", item)
+                elif isinstance(item, dict | list):
+                    pending.append(item)
+            continue
+        for key in list(container):
+            value = container[key]
+            if isinstance(value, str):
+                value = _SURROGATE.sub("\ufffd", value)
+            elif isinstance(value, dict | list):
+                pending.append(value)
+            clean = _SURROGATE.sub("\ufffd", key)
+            if clean != key:
+                del container[key]
+            container[clean] = value
+    return body

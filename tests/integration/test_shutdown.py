@@ -1,0 +1,88 @@
+"""Shutdown through a real uvicorn server: in-flight answers finish within the grace, and a stream still
+open when it is over ends with an error event and ``[DONE]`` instead of a cut connection."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from proxy.app import create_app
+from proxy.config import Settings
+from proxy.demo.scripted_provider import Reply, free_port
+from proxy.drain import DrainingServer, server_for
+
+from .conftest import route_to
+
+MESSAGES = [{"role": "user", "content": "Stream the long report."}]
+
+
+@contextmanager
+def _serving(settings: Settings) -> Iterator[tuple[str, DrainingServer, threading.Thread]]:
+    app = create_app(settings)
+    port = free_port()
+    server = server_for(app, app.state.drain, "127.0.0.1", port, log_level="warning", loop="asyncio")
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        assert thread.is_alive()
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}", server, thread
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def _stream_lines(url: str, stop: DrainingServer, headers: dict[str, str]) -> tuple[list[str], float]:
+    """Read a stream, asking the server to stop (as SIGTERM does) after the first chunk."""
+    with httpx.Client(base_url=url, timeout=30) as http:
+        body = {"model": "test-model", "messages": MESSAGES, "stream": True}
+        with http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response:
+            assert response.status_code == 200
+            lines = response.iter_lines()
+            read = [next(lines)]
+            stop.should_exit = True
+            started = time.monotonic()
+            read += list(lines)
+    return [line for line in read if line], time.monotonic() - started
+
+
+def test_a_stream_that_ends_within_the_grace_finishes_normally(tmp_path: Path, provider):
+    provider.script(lambda body: Reply(content="y" * 160), chunk_delay=0.05)  # 10 chunks, about 0.5 s
+    settings = Settings(data_dir=tmp_path / "data", models=(route_to(provider.url),), shutdown_grace_seconds=10)
+    with _serving(settings) as (url, server, thread):
+        lines, _ = _stream_lines(url, server, {"x-session-id": "drains"})
+        thread.join(timeout=15)
+        assert not thread.is_alive()
+    assert lines[-1] == "data: [DONE]"
+    assert not any(line.startswith("event: error") for line in lines)
+    text = "".join(
+        (c["choices"][0]["delta"].get("content") or "") if c.get("choices") else ""
+        for c in (json.loads(line[6:]) for line in lines if line.startswith("data: {"))
+    )
+    assert text == "y" * 160
+    assert provider.provider.streams_finished == 1
+
+
+def test_a_stream_still_open_after_the_grace_ends_with_an_error_event(tmp_path: Path, provider):
+    provider.script(lambda body: Reply(content="z" * 1_600), chunk_delay=0.1)  # 100 chunks, about 10 s
+    settings = Settings(data_dir=tmp_path / "data", models=(route_to(provider.url),), shutdown_grace_seconds=1)
+    with _serving(settings) as (url, server, thread):
+        lines, seconds = _stream_lines(url, server, {"x-session-id": "cut-short"})
+        thread.join(timeout=15)
+        assert not thread.is_alive()
+    assert seconds < 5  # the grace (1 s), not the stream's 10 s
+    assert lines[-1] == "data: [DONE]"
+    assert lines[-3] == "event: error"
+    error = json.loads(lines[-2][len("data: ") :])["error"]
+    assert error["code"] == "server_shutting_down"
+    deadline = time.monotonic() + 5
+    while provider.provider.streams_abandoned == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert provider.provider.streams_abandoned == 1  # the provider call was closed, not left running

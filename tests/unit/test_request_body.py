@@ -1,0 +1,78 @@
+"""``decode_body``: the one JSON decode of a request body, safe for every legal or odd input."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.errors import InvalidRequest
+from proxy.request_body import MAX_DEPTH, decode_body
+
+
+def _nested(depth: int) -> bytes:
+    """``{"a": [[...]]}`` with ``depth`` levels counting the outer object."""
+    return b'{"a": ' + b"[" * (depth - 1) + b"]" * (depth - 1) + b"}"
+
+
+def test_depth_up_to_the_limit_is_accepted_and_one_more_is_refused():
+    assert decode_body(_nested(MAX_DEPTH))["a"]
+    with pytest.raises(InvalidRequest, match=f"deeper than {MAX_DEPTH}"):
+        decode_body(_nested(MAX_DEPTH + 1))
+
+
+@pytest.mark.parametrize("depth", [1_000, 100_000, 1_000_000])
+def test_very_deep_input_is_refused_without_reaching_the_recursion_limit(depth):
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(200)  # the check must not recurse at all, let alone near the real limit
+    try:
+        with pytest.raises(InvalidRequest, match="deeper"):
+            decode_body(_nested(depth))
+        with pytest.raises(InvalidRequest, match="balance"):
+            decode_body(b"{" * depth)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def test_brackets_inside_strings_and_escapes_do_not_count_as_nesting():
+    text = "[[[[" * 40 + '\\"{{{' + "\\\\"
+    body = {"a": text, "b": [["x\\"]], "c": '"]]]]"'}
+    assert decode_body(json.dumps(body).encode()) == body
+
+
+def test_lone_surrogates_become_u_fffd_in_values_and_keys_and_pairs_stay_whole():
+    raw = b'{"k\\udc80": ["\\ud800", {"x": "a\\udfffb"}], "pair": "\\ud83d\\ude00"}'
+    assert decode_body(raw) == {"k\ufffd": ["\ufffd", {"x": "a\ufffdb"}], "pair": "\U0001f600"}
+
+
+@pytest.mark.parametrize("literal", [b"NaN", b"Infinity", b"-Infinity", b"1e400", b"-1e400"])
+def test_non_finite_numbers_are_refused(literal):
+    with pytest.raises(InvalidRequest):
+        decode_body(b'{"temperature": ' + literal + b"}")
+
+
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+        max_leaves=20,
+    )
+)
+def test_any_json_object_within_the_depth_round_trips(value):
+    body = {"v": value}
+    raw = json.dumps(body).encode("utf-8", "surrogatepass")
+    decoded = decode_body(raw)
+    assert json.dumps(decoded, sort_keys=True) == json.dumps(_clean(body), sort_keys=True)
+
+
+def _clean(value):
+    if isinstance(value, str):
+        return "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in value)
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    if isinstance(value, dict):
+        return {_clean(k): _clean(v) for k, v in value.items()}
+    return value
