@@ -31,6 +31,8 @@ from proxy.context.nonce import SECRET_NAME
 from proxy.drain import Drain
 from proxy.errors import AuthenticationFailed, InvalidRequest, ModelNotFound, ProxyError, RequestTooLarge
 from proxy.identity import identify
+from proxy.ingress import messages as anthropic
+from proxy.ingress.messages_errors import error_response as anthropic_error
 from proxy.ingress.responses_api import ResponsesIngress
 from proxy.request_body import decode_body
 from proxy.runtime.assembly import Assembler
@@ -134,6 +136,27 @@ def create_app(
         _authorize(request, settings)
         return await responses_api.retrieve(request.path_params["response_id"])
 
+    async def messages(request: Request) -> Response:
+        try:
+            _authorize(request, settings)
+            body = decode_body(await _read_body(request, settings.max_request_bytes))
+            if services.runner is None:
+                raise ProxyError("The proxy is still starting.", status=503, code="starting")
+            return await anthropic.create_message(
+                body, request.headers, settings, services.runner, _mode(request, settings)
+            )
+        except ProxyError as exc:  # Anthropic clients read only Anthropic's error shape
+            return anthropic_error(exc)
+
+    async def count_tokens(request: Request) -> Response:
+        try:
+            _authorize(request, settings)
+            return await anthropic.count_tokens(
+                decode_body(await _read_body(request, settings.max_request_bytes)), request.headers, settings
+            )
+        except ProxyError as exc:
+            return anthropic_error(exc)
+
     async def list_models(request: Request) -> Response:
         _authorize(request, settings)
         data = [
@@ -165,6 +188,10 @@ def create_app(
         Route("/responses/compact", _answering(responses), methods=["POST"]),
         Route("/v1/responses/{response_id}", _answering(retrieve_response), methods=["GET"]),
         Route("/responses/{response_id}", _answering(retrieve_response), methods=["GET"]),
+        Route("/v1/messages", _answering(messages), methods=["POST"]),
+        Route("/messages", _answering(messages), methods=["POST"]),
+        Route("/v1/messages/count_tokens", _answering(count_tokens), methods=["POST"]),
+        Route("/messages/count_tokens", _answering(count_tokens), methods=["POST"]),
         Route("/v1/models", _answering(list_models), methods=["GET"]),
         Route("/models", _answering(list_models), methods=["GET"]),
         Route("/health/liveliness", liveliness, methods=["GET"]),

@@ -18,7 +18,7 @@ from proxy.client_params import client_arguments, with_route
 from proxy.config import Mode, ModelRoute, Settings
 from proxy.context.estimators import ConservativeTokenEstimator
 from proxy.context.nonce import session_nonce
-from proxy.errors import ContextOverflow, ProxyError, SessionConflict
+from proxy.errors import AssemblyFailed, ContextOverflow, ProxyError, SessionConflict
 from proxy.identity import SessionIdentity
 from proxy.runtime.assembly import Assembler, Candidate, TurnRequest
 from proxy.runtime.branch import BranchTurn, branch_of, first_branch_turn, next_branch_turn
@@ -238,6 +238,15 @@ class TurnRunner:
                 limit=second.limit,
                 provider_message=second.provider_message,
             ) from second
+        except AssemblyFailed as failed:
+            # The minimum does not fit the window the provider stated: still an overflow to the client
+            # (so SDKs and agents that handle overflow recognize it), not a bad request of its own.
+            raise ContextOverflow(
+                "The request exceeds the model's context window and even the forced compaction retry cannot "
+                f"fit it: {failed.message}",
+                limit=overflow.limit,
+                provider_message=overflow.provider_message,
+            ) from failed
 
     async def _attempt(self, request: TurnRequest, stack: AsyncExitStack, recovery: int, reason: str = "") -> _Answer:
         """Assemble (unless legacy), call the provider once, and trace this attempt."""
@@ -424,6 +433,6 @@ def _trace_record(request: TurnRequest, candidate: Candidate | None, llm_input: 
         "renderedContext": stages.pop("renderedContext", None),
         "compaction": stages.pop("compaction", None),
         **stages,
-        "llmInput": redact_llm_input(llm_input),
         **({"ingress": dict(request.ingress)} if request.ingress else {}),
+        "llmInput": redact_llm_input(llm_input),
     }

@@ -1,0 +1,79 @@
+"""The Anthropic Messages ingress: ``POST /v1/messages`` and ``POST /v1/messages/count_tokens``.
+
+A request is validated, translated into the canonical chat body (``messages_request``), checked by the
+chat path's own rules (tool pairing), and run by the same ``TurnRunner`` as ``/v1/chat/completions``;
+the answer is translated back (``messages_response``, ``messages_stream``). Every error, the proxy's
+and the provider's, is rendered in Anthropic's shape by the caller through ``messages_errors``.
+
+``count_tokens`` answers with the proxy's estimator over the translated request (its chat messages and
+tools), the same estimator the assembly budgets with. It does not run the assembly: that reconciles
+the session in the store and may call the model to write a checkpoint, neither of which a count may do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from proxy.config import Mode, ModelRoute, Settings
+from proxy.context.estimators import ConservativeTokenEstimator
+from proxy.errors import AssemblyFailed, ContextOverflow, ModelNotFound, ProxyError
+from proxy.identity import identify
+from proxy.ingress.messages_errors import error_body, prompt_too_long
+from proxy.ingress.messages_request import Translation, to_chat
+from proxy.ingress.messages_response import to_message
+from proxy.ingress.messages_stream import message_events
+from proxy.ingress.messages_wire import parse_count_tokens_request, parse_messages_request
+from proxy.runtime.turn import TurnRunner
+from proxy.wire import parse_chat_request
+
+
+async def create_message(
+    body: Any, headers: Mapping[str, str], settings: Settings, runner: TurnRunner, mode: Mode
+) -> Response:
+    """Serve one Messages request; raises ``ProxyError`` (rendered in Anthropic's shape by the caller)."""
+    request = parse_messages_request(body)
+    route = _route(settings, request.model)
+    translation = to_chat(request, body, route, headers)
+    parse_chat_request(translation.body)  # the chat path's own checks: tool results answer their calls
+    identity = identify(headers, translation.body)
+    try:
+        result = await runner.run(translation.body, identity, route, headers, mode, ingress=translation.notes)
+    except (ContextOverflow, AssemblyFailed) as exc:
+        limit = runner.limits_for(route).model_max_tokens
+        error = prompt_too_long(exc, limit, estimate_tokens(translation))
+        error.headers.update({"x-context-id": identity.context_id, "x-context-mode": mode})
+        raise error from exc
+    except ProxyError as exc:
+        exc.headers.update({"x-context-id": identity.context_id, "x-context-mode": mode})
+        raise
+    if result.chunks is None:
+        assert result.response is not None  # a TurnResult holds one or the other
+        return JSONResponse(to_message(result.response, request.model), headers=result.headers)
+    events = message_events(result.chunks, request.model, error_body, estimate_tokens(translation))
+    return StreamingResponse(events, media_type="text/event-stream", headers=result.headers)
+
+
+async def count_tokens(body: Any, headers: Mapping[str, str], settings: Settings) -> Response:
+    """``{"input_tokens": N}``: the proxy's estimate of the translated request."""
+    request = parse_count_tokens_request(body)
+    route = _route(settings, request.model)
+    translation = to_chat(request, body, route, headers)
+    parse_chat_request({**translation.body, "max_tokens": 1})
+    return JSONResponse({"input_tokens": estimate_tokens(translation)})
+
+
+def estimate_tokens(translation: Translation) -> int:
+    """The estimator's count of the translated messages and tools."""
+    estimator = ConservativeTokenEstimator()
+    total = sum(estimator.count_message(message) for message in translation.body["messages"])
+    return total + estimator.count_tools(translation.body.get("tools") or [])
+
+
+def _route(settings: Settings, model: str) -> ModelRoute:
+    route = settings.route(model)
+    if route is None:
+        raise ModelNotFound(f"model: {model}", param="model")
+    return route
