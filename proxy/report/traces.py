@@ -416,7 +416,7 @@ class TraceFolder:
 
 def trace_files(root: Path) -> list[Path]:
     """Every trace file under ``root`` (any depth: a copied folder of examples too), in name order."""
-    return sorted(p for p in root.rglob("turn-*.json") if TRACE_NAME.match(p.name) and p.is_file())
+    return _inside(root, root.rglob("turn-*.json"))
 
 
 def session_files(root: Path, context_id: str) -> list[Path] | None:
@@ -426,4 +426,10 @@ def session_files(root: Path, context_id: str) -> list[Path] | None:
     folder = root / context_id
     if not folder.is_dir() or not folder.resolve().is_relative_to(root.resolve()):
         return None
-    return sorted(p for p in folder.glob("turn-*.json") if TRACE_NAME.match(p.name) and p.is_file())
+    return _inside(root, folder.glob("turn-*.json"))
+
+
+def _inside(root: Path, paths: Iterable[Path]) -> list[Path]:
+    """The trace files among ``paths`` that are, links resolved, regular files under ``root``."""
+    base = root.resolve()
+    return sorted(p for p in paths if TRACE_NAME.match(p.name) and p.is_file() and p.resolve().is_relative_to(base))
