@@ -80,9 +80,11 @@ def legend() -> str:
         ("compaction", COMPACTION, "compaction"),
         ("overflow", OVERFLOW, "refused for size"),
     ]
-    return '<p class="legend">' + "".join(
-        f'<span><i style="background:{color}"></i>{escape(text)}</span>' for _, color, text in items
-    ) + "</p>"
+    return (
+        '<p class="legend">'
+        + "".join(f'<span><i style="background:{color}"></i>{escape(text)}</span>' for _, color, text in items)
+        + "</p>"
+    )
 
 
 def _line(

@@ -132,7 +132,7 @@ class Inspector:
         sessions = group_sessions(folder.turns)
         off = "" if self.tracing else " · tracing is off (SCIENCE_AGENT_CONTEXT_TRACE=0): no new traces are written"
         body = (
-            f"<header><h1>Context proxy inspector</h1><p class=\"meta\">{len(sessions)} sessions · "
+            f'<header><h1>Context proxy inspector</h1><p class="meta">{len(sessions)} sessions · '
             f"{len(folder.turns)} model calls · {escape(str(self.root))}{off}</p></header>"
             "<main><h2>Sessions, most recently active first</h2>"
             + overview(sessions, lambda s: _session_link(s.turns[0].file))
@@ -212,4 +212,7 @@ def _html(page: str, status: int = 200) -> Response:
 
 
 def _not_found(message: str) -> Response:
-    return _html(document("Not found", f'<main><p class="bad">{escape(message)}</p><p><a href="/ui">back</a></p></main>', {}), 404)
+    return _html(
+        document("Not found", f'<main><p class="bad">{escape(message)}</p><p><a href="/ui">back</a></p></main>', {}),
+        404,
+    )

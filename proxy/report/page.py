@@ -41,7 +41,7 @@ def _json_script(value: Any, **attributes: str) -> str:
 def document(title: str, body: str, data: Mapping[str, Any]) -> str:
     """A whole page: ``body`` with the summary ``data`` (``#report-data``), the style and the script."""
     return (
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{escape(title)}</title><style>{_asset('report.css')}</style></head><body>"
@@ -158,13 +158,13 @@ def summary_data(folder: TraceFolder, sessions: list[SessionSummary]) -> dict[st
 
 def _header(title: str, folder: TraceFolder, sessions: list[SessionSummary], extra: str = "") -> str:
     unreadable = (
-        f'<p class="bad">{len(folder.unreadable)} files named turn-*.json are not readable traces: '
+        f'<p class="note">skipped {len(folder.unreadable)} files named turn-*.json that are not readable traces: '
         f"{escape(', '.join(folder.unreadable[:10]))}{' …' if len(folder.unreadable) > 10 else ''}</p>"
         if folder.unreadable
         else ""
     )
     return (
-        f"<header><h1>{escape(title)}</h1><p class=\"meta\">{len(sessions)} sessions · {len(folder.turns)} model calls"
+        f'<header><h1>{escape(title)}</h1><p class="meta">{len(sessions)} sessions · {len(folder.turns)} model calls'
         f" · generated {_when(datetime.now(UTC).timestamp())}{extra}</p>{unreadable}</header>"
     )
 

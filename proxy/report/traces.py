@@ -304,6 +304,15 @@ class Values:
             self.items.append(value)
         return index
 
+    def recap(self, cap: int) -> None:
+        """Cut every value's long strings to ``cap`` (indices stay valid; equal values may now repeat)."""
+        self.cap = min(self.cap, cap)
+        self.items = [_capped(item, self.cap) for item in self.items]
+
+    def size(self) -> int:
+        """The table's size as JSON, in characters."""
+        return len(json.dumps(self.items, ensure_ascii=False, separators=(",", ":"), default=str))
+
 
 def _capped(value: Any, cap: int) -> Any:
     if isinstance(value, str) and len(value) > cap:
@@ -340,12 +349,18 @@ def turn_detail(record: Mapping[str, Any], values: Values) -> dict[str, Any]:
     return {
         "sectionIds": _pick(rendered, "sectionIds") or [],
         "sections": [values.add(_camel(s)) for s in _items(admitted, "sections")],
-        "admitted": {kind: [values.add(_camel(i)) for i in _items(admitted, kind)] for kind in ("messages", "attachments")},
+        "admitted": {
+            kind: [values.add(_camel(i)) for i in _items(admitted, kind)] for kind in ("messages", "attachments")
+        },
         "admittedTokens": {"prompt": _pick(admitted, "promptTokens"), "messages": _pick(admitted, "messageTokens")},
         "dropped": dropped,
         "diagnostics": [
             values.add(_camel(d))
-            for d in [*_items(collection, "diagnostics"), *_items(admitted, "diagnostics"), *_items(window, "diagnostics")]
+            for d in [
+                *_items(collection, "diagnostics"),
+                *_items(admitted, "diagnostics"),
+                *_items(window, "diagnostics"),
+            ]
         ],
         "window": _camel(_pick(window, "statistics")),
         "compaction": {

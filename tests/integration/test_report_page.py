@@ -102,9 +102,16 @@ def _expected(folder: Path) -> dict[str, dict[str, Any]]:
         trace = json.loads(path.read_text())
         session = totals.setdefault(
             trace["contextId"],
-            {"modelCalls": 0, "clientTokens": 0, "proxyTokens": 0, "compactions": 0, "summarizerCalls": 0,
-             "sizeRefusals": 0, "modes": set()},
-        )  # fmt: skip
+            {
+                "modelCalls": 0,
+                "clientTokens": 0,
+                "proxyTokens": 0,
+                "compactions": 0,
+                "summarizerCalls": 0,
+                "sizeRefusals": 0,
+                "modes": set(),
+            },
+        )
         session["modelCalls"] += 1
         session["clientTokens"] += trace["clientTokens"]
         session["proxyTokens"] += trace["estimatedTokens"]
@@ -118,9 +125,7 @@ def _expected(folder: Path) -> dict[str, dict[str, Any]]:
 @pytest.fixture
 def traced_sessions(start_proxy, provider) -> Path:
     """A dynamic session that compacts and a shadow session the provider refuses for size, traced."""
-    proxy = start_proxy(
-        mode="dynamic", models=(_route(provider.url),), trace_enabled=True, allow_mode_header=True
-    )
+    proxy = start_proxy(mode="dynamic", models=(_route(provider.url),), trace_enabled=True, allow_mode_header=True)
     provider.script(ScienceModel(25), context_window=WINDOW)
     assert _agent(proxy.client(), "dynamic-run", 25) is None
     provider.script(ScienceModel(12), context_window=WINDOW)
@@ -163,9 +168,16 @@ def test_the_page_draws_in_headless_chromium(traced_sessions: Path, tmp_path: Pa
     assert cli(["report", "--traces", str(traced_sessions), "--out", str(out)]) == 0
     opened = "dynamic-run/turn-0003.json"
     flags = [
-        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
-    ]  # fmt: skip
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ]
     dom = subprocess.run(
         [*flags, "--dump-dom", f"{out.as_uri()}#open={opened}"], capture_output=True, text=True, timeout=120
     ).stdout
