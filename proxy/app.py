@@ -34,6 +34,7 @@ from proxy.identity import identify
 from proxy.ingress import messages as anthropic
 from proxy.ingress.messages_errors import error_response as anthropic_error
 from proxy.ingress.responses_api import ResponsesIngress
+from proxy.report.inspector import Inspector
 from proxy.request_body import decode_body
 from proxy.runtime.assembly import Assembler
 from proxy.runtime.provider import ProviderBackend
@@ -197,6 +198,8 @@ def create_app(
         Route("/health/liveliness", liveliness, methods=["GET"]),
         Route("/health/readiness", _answering(readiness), methods=["GET"]),
     ]
+    inspector = Inspector(settings.resolved_trace_dir, settings.master_key, settings.trace_enabled)
+    routes += inspector.routes(wrap=_answering)
     handlers = {ProxyError: _proxy_error, HTTPException: _http_error, Exception: _unexpected_error}
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
     app.state.drain = drain  # the server starts it on shutdown (proxy.drain.DrainingServer)

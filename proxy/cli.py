@@ -1,4 +1,4 @@
-"""``context-proxy serve | demo | examples`` (also ``python -m proxy``)."""
+"""``context-proxy serve | demo | examples | report`` (also ``python -m proxy``)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     examples.add_argument(
         "--out", type=Path, help="default: SCIENCE_AGENT_CONTEXT_EXAMPLE_DIR, else .tmp/context-examples"
     )
+    report = commands.add_parser("report", help="write a self-contained HTML report of a trace folder")
+    report.add_argument("--traces", type=Path, required=True, help="the trace folder (SCIENCE_AGENT_CONTEXT_TRACE_DIR)")
+    report.add_argument("--out", type=Path, required=True, help="the HTML file to write")
     args = parser.parse_args(argv)
+    if args.command == "report":
+        return _report(args.traces, args.out)
     prepare_offline_environment()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -50,6 +55,22 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, StoreError) as exc:
         print(f"context-proxy: {exc}", file=sys.stderr)
         return 2
+
+
+def _report(traces: Path, out: Path) -> int:
+    from proxy.report.build import write_report
+
+    try:
+        result = write_report(traces, out)
+    except OSError as exc:
+        print(f"context-proxy report: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"wrote {result.path}: {result.sessions} sessions, {result.files} model calls, "
+        f"{result.bytes / 1_000_000:.1f} MB in {result.seconds:.1f} s",
+        file=sys.stderr,
+    )
+    return 0
 
 
 def _serve(settings: Settings, host: str, port: int) -> int:

@@ -434,5 +434,10 @@ def _trace_record(request: TurnRequest, candidate: Candidate | None, llm_input: 
         "compaction": stages.pop("compaction", None),
         **stages,
         **({"ingress": dict(request.ingress)} if request.ingress else {}),
+        # What the client's own request costs (estimated like ``estimatedTokens``): what a passthrough
+        # would send, so a report can set it against the candidate in every mode.
+        "clientTokens": _estimated_size(
+            {"messages": request.body.get("messages"), "tools": request.body.get("tools")}, counts_output=False
+        ),
         "llmInput": redact_llm_input(llm_input),
     }
