@@ -32,7 +32,7 @@ MIN_SAMPLES = 8
 FEW_SAMPLES_PAD = 0.05
 # A request this small is mostly framing, whose cost differs from provider to provider more than any
 # text's; it says little about the requests that approach the window, which are the ones that matter.
-MIN_SAMPLE_TOKENS = 64
+MIN_SAMPLE_TOKENS = 500
 # Ratios outside this band are not a tokenizer difference but a provider reporting something else
 # (cached tokens only, a count of another request): dropped, so one odd answer cannot skew the route.
 MIN_RATIO, MAX_RATIO = 0.4, 3.0

@@ -433,9 +433,7 @@ class PostgresSessionStore:
                 route_key,
                 group,
             )
-            text = await conn.fetchval(
-                "SELECT state FROM token_calibration WHERE route_key = $1 FOR UPDATE", route_key
-            )
+            text = await conn.fetchval("SELECT state FROM token_calibration WHERE route_key = $1 FOR UPDATE", route_key)
             value = update(rc.load_json(text))
             await conn.execute(
                 "UPDATE token_calibration SET state = $2::json, updated_at = clock_timestamp() WHERE route_key = $1",

@@ -426,7 +426,9 @@ class SqliteSessionStore:
     async def calibration(self, route_key: str) -> Any | None:
         """The route's stored token calibration, or ``None``."""
         row = await self._r().run(
-            lambda conn: conn.execute("SELECT state FROM token_calibration WHERE route_key = ?", (route_key,)).fetchone()
+            lambda conn: conn.execute(
+                "SELECT state FROM token_calibration WHERE route_key = ?", (route_key,)
+            ).fetchone()
         )
         return None if row is None else rc.load_json(row[0])
 

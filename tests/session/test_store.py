@@ -556,7 +556,6 @@ async def test_a_secret_is_made_once_and_shared_by_replicas_and_restarts(backend
     assert len(other) == SECRET_BYTES and other != first
 
 
-
 async def test_calibration_is_shared_by_replicas_and_kept_over_restarts(backend: Any) -> None:
     a = await backend.open()
     b = await backend.open() if backend.name == "postgres" else a
@@ -565,7 +564,9 @@ async def test_calibration_is_shared_by_replicas_and_kept_over_restarts(backend:
         return lambda current: {"samples": [*(current or {"samples": []})["samples"], sample]}
 
     # Concurrent updates of one route take turns in one transaction each: none is lost.
-    await asyncio.gather(*(store.update_calibration("route:m", "route", append(i)) for i, store in enumerate([a, b] * 5)))
+    await asyncio.gather(
+        *(store.update_calibration("route:m", "route", append(i)) for i, store in enumerate([a, b] * 5))
+    )
     stored = await b.calibration("route:m")
     assert sorted(stored["samples"]) == list(range(10))
     await a.close()
@@ -583,6 +584,7 @@ async def test_calibration_of_client_named_models_is_bounded(store: SessionStore
     kept = [key for key in (f"model:m{i}" for i in range(5)) if await store.calibration(key) is not None]
     assert kept == ["model:m2", "model:m3", "model:m4"]
     assert await store.calibration("route:configured") == {"n": 0}  # another group is never trimmed
+
 
 # --- side records ---------------------------------------------------------------------------------
 
