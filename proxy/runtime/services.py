@@ -93,7 +93,8 @@ def build_runner(
 
 def check_settings(settings: Settings) -> None:
     """What only the installed packages can check, done before serving: contributor options, every
-    route's window against the output reserve, the store URL's options, a SQLite store no other process has. Raises ``ConfigError`` naming the
+    route's window against the output reserve, the store URL's options, a SQLite store no other
+    process has. Raises ``ConfigError`` naming the
     setting, or ``DataFolderInUse``."""
     checked_factories(settings)
     if settings.models:
