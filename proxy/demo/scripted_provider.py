@@ -25,6 +25,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from proxy.offline import prepare_offline_environment
+
 FIXED_CREATED = 1_700_000_000
 
 
@@ -70,8 +72,9 @@ def tiktoken_prompt_tokens(body: dict[str, Any], scale: float) -> int:
     """A provider whose tokenizer counts ``scale`` times ``o200k_base``: OpenAI's own chat framing
     (3 tokens a message, the role, the content, tool calls' names and arguments, 3 priming the reply,
     the tools' JSON), then scaled, as a provider with another vocabulary would count the same text."""
-    import tiktoken  # only the scaled provider needs it (prepare_offline_environment points it at a local copy)
+    import tiktoken  # only the scaled provider needs it
 
+    prepare_offline_environment()  # the encodings bundled with litellm, never a download
     encoding = tiktoken.get_encoding("o200k_base")
 
     def count(text: Any) -> int:
