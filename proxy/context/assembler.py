@@ -74,6 +74,8 @@ class AssemblyInput:
     forced: bool = False
     stated_limit: int | None = None
     output_reserve: int = 0
+    # This call's token counter (a route's calibrated one); None: the assembler's own.
+    estimator: TokenEstimator | None = None
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,7 @@ class ContextAssembler:
     async def assemble(self, inp: AssemblyInput, summarizer: Summarizer | None = None) -> AssemblyOutput:
         """Assemble one call's input; raises ``AssemblyFailed`` when the minimum does not fit."""
         started = time.perf_counter()
-        estimator = TurnEstimator(self._estimator)
+        estimator = TurnEstimator(inp.estimator or self._estimator)
         registry = self._registries(inp.scope)
         # The identity contributor renders the client's system/developer messages into the stable
         # prompt, verbatim; without one they stay in the history rather than being lost.

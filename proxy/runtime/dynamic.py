@@ -131,6 +131,7 @@ class DynamicAssembler:
                 forced=request.forced,
                 stated_limit=request.stated_limit,
                 output_reserve=limits.output_reserve_tokens,
+                estimator=request.tokens.estimator if request.tokens is not None else None,
             ),
             summarizer if may_summarize else None,
         )

@@ -20,8 +20,9 @@ from proxy.context.registry import ContextContributorRegistry, FactorySource, di
 from proxy.context.state import StateConfig
 from proxy.context.types import SCOPES
 from proxy.runtime.assembly import Assembler
+from proxy.runtime.calibration import TokenCalibrator
 from proxy.runtime.dynamic import DynamicAssembler
-from proxy.runtime.limits import ModelMapLookup
+from proxy.runtime.limits import ModelMapLookup, check_route_limits
 from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.proxy_tools import ProxyToolbox, find_tools_tool, read_skill_tool, read_tool_output_tool
 from proxy.runtime.trace import TraceWriter
@@ -40,6 +41,7 @@ def build_runner(
 ) -> TurnRunner:
     """The runner for these settings; ``framing_secret`` is what the sessions' framing nonces derive
     from, ``assembler`` replaces the dynamic pipeline (tests)."""
+    check_route_limits(settings, model_map)
     state_config = StateConfig.from_options(settings.contributor_options)
     factories = checked_factories(settings)
     registries = {scope: ContextContributorRegistry(scope, factories) for scope in SCOPES}
@@ -77,15 +79,28 @@ def build_runner(
     )
     traces = TraceWriter(settings.resolved_trace_dir) if settings.trace_enabled else None
     return TurnRunner(
-        settings, store, assembler or dynamic, backend, traces, model_map, dynamic, framing_secret=framing_secret
+        settings,
+        store,
+        assembler or dynamic,
+        backend,
+        traces,
+        model_map,
+        dynamic,
+        framing_secret=framing_secret,
+        calibrator=TokenCalibrator(settings, store),
     )
 
 
 def check_settings(settings: Settings) -> None:
-    """What only the installed packages can check, done before serving: contributor options, the
-    store URL's options, a SQLite store no other process has. Raises ``ConfigError`` naming the
+    """What only the installed packages can check, done before serving: contributor options, every
+    route's window against the output reserve, the store URL's options, a SQLite store no other
+    process has. Raises ``ConfigError`` naming the
     setting, or ``DataFolderInUse``."""
     checked_factories(settings)
+    if settings.models:
+        from proxy.runtime.provider import LiteLLMBackend  # deferred: litellm's import costs seconds
+
+        check_route_limits(settings, LiteLLMBackend(settings.provider_timeout_seconds).model_map_limits)
     if settings.store_url:
         try:
             open_store(settings.store_url, settings.data_dir, settings.session_lock_seconds)

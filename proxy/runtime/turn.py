@@ -22,6 +22,7 @@ from proxy.errors import AssemblyFailed, ContextOverflow, ProxyError, SessionCon
 from proxy.identity import SessionIdentity
 from proxy.runtime.assembly import Assembler, Candidate, TurnRequest
 from proxy.runtime.branch import BranchTurn, branch_of, first_branch_turn, next_branch_turn
+from proxy.runtime.calibration import TokenCalibrator, usage_of
 from proxy.runtime.limits import ModelLimits, ModelMapLookup, RouteLimits
 from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.stream_buffer import accumulate, synthesize
@@ -99,6 +100,7 @@ class TurnRunner:
         steps: ProxyStepRunner | None = None,
         clock: Callable[[], float] = time.monotonic,
         framing_secret: bytes = b"",
+        calibrator: TokenCalibrator | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -109,6 +111,7 @@ class TurnRunner:
         self._limits = RouteLimits(settings, model_map, clock)
         self._branch_hashes = ChainMemo()
         self._framing_secret = framing_secret
+        self.calibrator = calibrator or TokenCalibrator(settings, store)
 
     def framing_nonce(self, context_id: str) -> str:
         """The session's framing nonce: what its hidden wrappers and checkpoint tags carry."""
@@ -165,8 +168,19 @@ class TurnRunner:
         turn = await self.store.next_turn(identity.context_id)
         limits = self.limits_for(route)
         branch = await self._first_branch_turn(reconciliation)
+        tokens = await self.calibrator.accounting(route)
         request = TurnRequest(
-            identity, mode, route, limits, body, headers, reconciliation, turn, branch=branch, ingress=ingress
+            identity,
+            mode,
+            route,
+            limits,
+            body,
+            headers,
+            reconciliation,
+            turn,
+            branch=branch,
+            ingress=ingress,
+            tokens=tokens,
         )
         result = TurnResult(identity=identity, mode=mode)
         rounds = 0
@@ -254,6 +268,12 @@ class TurnRunner:
         candidate = None if mode == "legacy" else await self.assembler.assemble(request)
         sent = candidate if mode == "dynamic" else None
         llm_input = build_llm_input(request.body, request.route, sent)
+        # The usage of a streamed answer is the calibration's only source for it: in dynamic mode the
+        # proxy asks for it and keeps it from a client that did not (shadow and legacy send what the
+        # client sent, so they learn only when the client asked).
+        strip_usage = sent is not None and bool(request.body.get("stream")) and not _asks_usage(llm_input)
+        if strip_usage:
+            llm_input["stream_options"] = {**(llm_input.get("stream_options") or {}), "include_usage": True}
         record = _trace_record(request, candidate, llm_input)
         if recovery:
             record["recovery"] = {"attempt": recovery, "reason": "provider_context_overflow", "providerMessage": reason}
@@ -265,11 +285,15 @@ class TurnRunner:
         try:
             if not request.body.get("stream"):
                 answer.response = await self.backend.complete(llm_input)
+                await self.calibrator.observe(request.route, llm_input, answer.response.get("usage"))
             elif answer.proxy_tools:
-                answer.buffered = [chunk async for chunk in await self.backend.stream(llm_input)]
+                buffered = [chunk async for chunk in await self.backend.stream(llm_input)]
+                await self.calibrator.observe(request.route, llm_input, usage_of(buffered))
+                answer.buffered = [kept for c in buffered if (kept := _client_chunk(c, strip_usage)) is not None]
             else:
                 chunks = await self.backend.stream(llm_input)
-                answer.live = _LiveStream(self._finish_stream(chunks, request, record, recovery), stack)
+                relay = self._finish_stream(chunks, request, record, recovery, llm_input, strip_usage)
+                answer.live = _LiveStream(relay, stack)
                 return answer  # its trace is written when the stream ends
         except ProxyError as exc:
             record["providerError"] = exc.body()["error"]
@@ -288,11 +312,19 @@ class TurnRunner:
         request: TurnRequest,
         record: dict[str, Any],
         recovery: int,
+        llm_input: dict[str, Any],
+        strip_usage: bool,
     ) -> AsyncIterator[dict[str, Any]]:
-        """Relay the chunks; the trace is written when the stream ends, fails or is dropped."""
+        """Relay the chunks (without the usage the proxy asked for itself), learn from the usage when the
+        stream ends; the trace is written when the stream ends, fails or is dropped."""
+        usage = None
         try:
             async for chunk in chunks:
-                yield chunk
+                usage = chunk.get("usage") or usage
+                kept = _client_chunk(chunk, strip_usage)
+                if kept is not None:
+                    yield kept
+            await self.calibrator.observe(request.route, llm_input, usage)
         except ProxyError as exc:
             record["providerError"] = exc.body()["error"]
             raise
@@ -335,6 +367,21 @@ class _LiveStream(AsyncIterator[dict[str, Any]]):
                 await aclose()
         finally:
             await self._stack.aclose()
+
+
+def _asks_usage(llm_input: Mapping[str, Any]) -> bool:
+    options = llm_input.get("stream_options")
+    return isinstance(options, Mapping) and bool(options.get("include_usage"))
+
+
+def _client_chunk(chunk: dict[str, Any], strip_usage: bool) -> dict[str, Any] | None:
+    """The chunk as the client gets it: without ``usage`` when only the proxy asked for it (``None``: a
+    chunk that carried nothing else)."""
+    if not strip_usage or "usage" not in chunk:
+        return chunk
+    if not chunk.get("choices"):
+        return None
+    return {key: value for key, value in chunk.items() if key != "usage"}
 
 
 def _deliver(result: TurnResult, answer: _Answer) -> TurnResult:
@@ -419,6 +466,7 @@ def _trace_record(request: TurnRequest, candidate: Candidate | None, llm_input: 
             "contextWindowTokens": limits.context_window_tokens,
             "effectiveInputTokens": limits.effective_input_tokens,
             "source": limits.source,
+            **({"estimator": request.tokens.record()} if request.tokens is not None else {}),
         },
         "session": {
             "headHash": request.reconciliation.head_hash,
