@@ -126,8 +126,8 @@ def _expected(folder: Path) -> dict[str, dict[str, Any]]:
 def traced_sessions(start_proxy, provider) -> Path:
     """A dynamic session that compacts and a shadow session the provider refuses for size, traced."""
     proxy = start_proxy(mode="dynamic", models=(_route(provider.url),), trace_enabled=True, allow_mode_header=True)
-    provider.script(ScienceModel(25), context_window=WINDOW)
-    assert _agent(proxy.client(), "dynamic-run", 25) is None
+    provider.script(ScienceModel(40), context_window=WINDOW)
+    assert _agent(proxy.client(), "dynamic-run", 40) is None
     provider.script(ScienceModel(12), context_window=WINDOW)
     refused = _agent(proxy.client(), "shadow-run", 12, {"x-context-mode": "shadow"})
     assert refused is not None, "the client's own history outgrew the provider's window"
