@@ -62,17 +62,22 @@ def test_codex_tool_call_turn_gets_a_function_call_and_completed_with_usage(star
 
     assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/event-stream")
     assert answer.headers["x-context-id"] == capture["headers"]["session-id"]
-    assert [e["type"] for e in events] == [
+    types = [e["type"] for e in events]
+    deltas = [e for e in events if e["type"] == "response.function_call_arguments.delta"]
+    assert len(deltas) > 1  # relayed as the provider's fragments arrive, not once at the end
+    assert types == [
         "response.created",
         "response.in_progress",
         "response.output_item.added",
-        "response.function_call_arguments.delta",
+        *["response.function_call_arguments.delta"] * len(deltas),
         "response.function_call_arguments.done",
         "response.output_item.done",
         "response.completed",
     ]
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     (item,) = _done_items(events)
+    assert events[2]["item"]["id"] == item["id"] == deltas[0]["item_id"] and events[2]["item"]["arguments"] == ""
+    assert "".join(d["delta"] for d in deltas) == item["arguments"]
     assert item["type"] == "function_call" and item["name"] == "exec_command" and item["call_id"] == "call_1"
     assert json.loads(item["arguments"]) == {"cmd": "echo hello"}
     usage = events[-1]["response"]["usage"]
