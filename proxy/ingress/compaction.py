@@ -59,15 +59,16 @@ async def write_checkpoint(
     covers_hash: str,
     max_tokens: int,
     nonce: str,
+    input_limit: int,
 ) -> Compaction:
     """The checkpoint of ``messages`` (the conversation's instructions excluded): the model's, or the
-    deterministic one when the summarizer fails."""
+    deterministic one when the summarizer fails. The summarizer's request is kept within ``input_limit``."""
     source = [
         (message, None)
         for message in messages
         if message.get("role") not in ("system", "developer") and not is_checkpoint_message(message, nonce)
     ]
-    request = build_summary_request(source, previous, max_tokens=max_tokens)
+    request = _bounded_request(source, previous, max_tokens, input_limit)
     covered = len(source) + (previous.covered_messages if previous is not None else 0)
     summarizer = ModelSummarizer(backend, route)
     outcome = Compaction(Checkpoint("", covers_hash, covered), request, len(source), summarizer.calls)
@@ -84,6 +85,32 @@ async def write_checkpoint(
     outcome.fallback = outcome.rejections[-1]
     outcome.checkpoint = Checkpoint(deterministic_checkpoint(source, previous, max_tokens), covers_hash, covered)
     return outcome
+
+
+def _bounded_request(
+    source: Sequence[tuple[Mapping[str, Any], str | None]], previous: Checkpoint | None, max_tokens: int, limit: int
+) -> list[dict[str, Any]]:
+    """The summary request, within ``limit``: long tool results cut to their head and tail first, then the
+    oldest messages left out (Codex resends its whole history, which may be far larger than the window)."""
+    request = build_summary_request(source, previous, max_tokens=max_tokens)
+    if summary_tokens(request) <= limit:
+        return request
+    cut: list[tuple[Mapping[str, Any], str | None]] = [
+        (_cut_result(m), ref) if m.get("role") == "tool" else (m, ref) for m, ref in source
+    ]
+    while True:
+        request = build_summary_request(cut, previous, max_tokens=max_tokens)
+        if summary_tokens(request) <= limit or len(cut) <= 1:
+            return request
+        cut = cut[max(1, len(cut) // 8) :]
+
+
+def _cut_result(message: Mapping[str, Any]) -> dict[str, Any]:
+    text = _text(message.get("content"))
+    if len(text) <= 2 * RESULT_CHARS * 4:
+        return dict(message)
+    head, tail = text[: RESULT_CHARS * 4], text[-RESULT_CHARS * 4 :]
+    return {**message, "content": f"{head}\n[... {len(text) - len(head) - len(tail)} characters left out ...]\n{tail}"}
 
 
 def deterministic_checkpoint(

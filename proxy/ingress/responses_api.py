@@ -213,6 +213,7 @@ class ResponsesIngress:
                     reconciled.head_hash,
                     max(256, limit // 10),
                     runner.framing_nonce(identity.context_id),
+                    runner.limits_for(summary_route).effective_input_tokens - max(256, limit // 10),
                 )
                 checkpoint = outcome.checkpoint
                 token = await ResponseRecords(runner.store).put_checkpoint(identity.context_id, checkpoint)
