@@ -7,6 +7,7 @@ script installs them into a cache folder on first use and is run by hand, stdlib
     python3 scripts/real_agents.py                                  # both agents -> http://127.0.0.1:4000
     python3 scripts/real_agents.py --agent codex --base-url http://127.0.0.1:4000
     python3 scripts/real_agents.py --capture --isolate --out tests/data/agents
+    .venv/bin/python scripts/real_agents.py --scripted-proxy --isolate  # through the real proxy, offline
 
 Each agent gets a short task that needs one shell tool call and a final answer, with every telemetry,
 update and error-reporting channel switched off, in a temporary home so the user's own configuration
@@ -14,6 +15,10 @@ never leaks in. ``--capture`` starts a scripted server on loopback instead of us
 answers in each wire format well enough for the agent to finish, and records every request and the
 answer it gave (the fixtures under tests/data/agents/). ``--isolate`` re-runs the script in a network
 namespace with only loopback (``unshare -n``, root), so nothing can leave the machine.
+``--scripted-proxy`` starts the real proxy in front of the scripted provider for each scenario
+(``scripts/scripted_proxy.py``, so it needs the project's virtualenv) and runs the agents through it:
+a one-step task, eight big-output steps in a small window, and Codex's remote compaction
+(tests/data/agents/REAL_RUNS.md has their output).
 """
 
 from __future__ import annotations
