@@ -120,8 +120,11 @@ def test_a_messages_stream_cut_mid_answer_ends_in_an_error_event(start_proxy, pr
     assert events[-1]["error"]["type"] in ("api_error", "overloaded_error") and events[-1]["error"]["message"]
 
     client = anthropic.Anthropic(base_url=proxy.url, api_key="sk-client", max_retries=0)
-    with pytest.raises(anthropic.APIStatusError) as caught:
-        with client.messages.stream(model=MODEL, max_tokens=100, messages=[{"role": "user", "content": "hi"}]) as s:
-            for _ in s:
-                pass
+    user = [{"role": "user", "content": "hi"}]
+    with (
+        pytest.raises(anthropic.APIStatusError) as caught,
+        client.messages.stream(model=MODEL, max_tokens=100, messages=user) as stream,
+    ):
+        for _ in stream:
+            pass
     assert isinstance(caught.value.body, dict) and caught.value.body["type"] == "error"
