@@ -165,7 +165,6 @@ class SkillLibrary:
         return skill.body
 
 
-
 def render_skill(skill: SkillBody) -> str:
     """A body as ``read_skill`` returns it: headed by its name and revision (read back by ``SKILL_HEADER``)."""
     return f'<skill name="{skill.name}" revision="{skill.revision}">\n{skill.body}\n</skill>'

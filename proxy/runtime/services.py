@@ -69,9 +69,7 @@ def build_runner(
         chosen = settings.route(settings.summary_model) if settings.summary_model else None
         return chosen or request_route
 
-    dynamic = DynamicAssembler(
-        settings, store, pipeline, toolbox, backend, summary_route, state_config, framing_secret
-    )
+    dynamic = DynamicAssembler(settings, store, pipeline, toolbox, backend, summary_route, state_config, framing_secret)
     traces = TraceWriter(settings.resolved_trace_dir) if settings.trace_enabled else None
     return TurnRunner(
         settings, store, assembler or dynamic, backend, traces, model_map, dynamic, framing_secret=framing_secret
