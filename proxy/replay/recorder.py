@@ -26,11 +26,11 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.errors import ContextOverflow, ProxyError
+from proxy.replay.cassette import Exchange, RecordedRequest
 from proxy.runtime.call_tag import current_tag, take_shadow_candidate
 from proxy.runtime.dynamic import contributor_headers
 from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.redaction import redact_llm_input
-from proxy.replay.cassette import Exchange, RecordedRequest
 
 log = logging.getLogger("context_proxy.record")
 

@@ -130,8 +130,9 @@ def judge_turn(replayed: TurnReplay, number: int) -> TurnVerdict:
     if replayed.status != recorded.status:
         turn.reasons.append(f"HTTP {replayed.status} (recorded: {recorded.status})")
     changed = [c for c in turn.calls if c.status != "identical"]
-    for call in changed:
-        turn.reasons.append(f"{call.key} #{call.index}: {call.status}" + (f" ({call.note})" if call.note else ""))
+    for compared in changed:
+        note = f" ({compared.note})" if compared.note else ""
+        turn.reasons.append(f"{compared.key} #{compared.index}: {compared.status}{note}")
     if turn.reasons:
         turn.status = "changed"
     return turn

@@ -31,7 +31,7 @@ class CallTag:
         return "turn" if self.kind == "turn" else f"{self.kind}:{self.round}"
 
 
-_TAG: ContextVar[CallTag] = ContextVar("context_proxy_call_tag", default=CallTag())
+_TAG: ContextVar[CallTag | None] = ContextVar("context_proxy_call_tag", default=None)  # None: the turn itself
 # In shadow mode the provider gets the client's input; the candidate the proxy would have sent is
 # offered here, built only if a recorder takes it.
 _SHADOW: ContextVar[Callable[[], dict[str, Any]] | None] = ContextVar("context_proxy_shadow_candidate", default=None)
@@ -39,7 +39,7 @@ _SHADOW: ContextVar[Callable[[], dict[str, Any]] | None] = ContextVar("context_p
 
 def current_tag() -> CallTag:
     """The tag of the model call about to be made."""
-    return _TAG.get()
+    return _TAG.get() or CallTag()
 
 
 def begin_round(rounds: int) -> None:
@@ -49,8 +49,10 @@ def begin_round(rounds: int) -> None:
 
 def begin_attempt(recovery: int) -> None:
     """The runner starts an attempt of the current round: the first (0) or the overflow retry."""
-    round_ = _TAG.get().round
-    _TAG.set(CallTag("overflow_retry", round_) if recovery else CallTag("turn" if round_ == 0 else "tool_round", round_))
+    round_ = current_tag().round
+    _TAG.set(
+        CallTag("overflow_retry", round_) if recovery else CallTag("turn" if round_ == 0 else "tool_round", round_)
+    )
     _SHADOW.set(None)
 
 
@@ -68,7 +70,7 @@ def take_shadow_candidate() -> dict[str, Any] | None:
 @contextmanager
 def summarizer_call() -> Iterator[None]:
     """Marks the summarizer's model call (inside whatever round assembles it)."""
-    token = _TAG.set(replace(_TAG.get(), kind="summarizer"))
+    token = _TAG.set(replace(current_tag(), kind="summarizer"))
     shadow = _SHADOW.set(None)
     try:
         yield

@@ -20,8 +20,8 @@ from proxy.context.estimators import ConservativeTokenEstimator
 from proxy.context.nonce import session_nonce
 from proxy.errors import AssemblyFailed, ContextOverflow, ProxyError, SessionConflict
 from proxy.identity import SessionIdentity
-from proxy.runtime.assembly import Assembler, Candidate, TurnRequest
 from proxy.runtime import call_tag
+from proxy.runtime.assembly import Assembler, Candidate, TurnRequest
 from proxy.runtime.branch import BranchTurn, branch_of, first_branch_turn, next_branch_turn
 from proxy.runtime.limits import ModelLimits, ModelMapLookup, RouteLimits
 from proxy.runtime.provider import ProviderBackend

@@ -194,8 +194,8 @@ def test_replay_unchanged_is_identical_and_a_smaller_window_changes_turns(record
     assert "science turn" in printed and out.read_text().startswith("<!doctype html>")
 
 
-def test_a_turn_that_cannot_be_assembled_fails_the_replay(recorded, provider, tmp_path, capsys):
-    folder, settings, turns = recorded
+def test_a_turn_that_cannot_be_assembled_fails_the_replay(recorded, provider):
+    folder, settings, _ = recorded
     tiny = dataclasses.replace(settings, models=(_route(provider.url, window=2_300),))
     verdict = judge(replay([folder], tiny))
     failed = [t for t in verdict.turns if t.status == "failed"]
@@ -209,4 +209,3 @@ def test_replay_refuses_a_folder_that_is_no_recording(tmp_path, capsys):
     (tmp_path / "s" / "x.request.json").write_text("{not json")
     assert main(["replay", str(tmp_path)]) == 2
     assert "not a readable recording" in capsys.readouterr().err
-
