@@ -209,3 +209,25 @@ def test_replay_refuses_a_folder_that_is_no_recording(tmp_path, capsys):
     (tmp_path / "s" / "x.request.json").write_text("{not json")
     assert main(["replay", str(tmp_path)]) == 2
     assert "not a readable recording" in capsys.readouterr().err
+
+
+def test_a_shadow_recording_replays_its_candidates(start_proxy, provider, tmp_path):
+    provider.script(lambda body: Reply(content="noted"))
+    folder = tmp_path / "shadow-recording"
+    proxy = start_proxy(mode="shadow", models=(_route(provider.url),), contributor_options=OPTIONS, record_dir=folder)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Find sample 7 in the LIMS."}]
+    for follow_up in ("and sample 8?", "thanks"):
+        answer = proxy.client().chat.completions.create(model="science-model", messages=messages, tools=[*TOOLS, LIMS])
+        messages += [{"role": "assistant", "content": answer.choices[0].message.content}]
+        messages += [{"role": "user", "content": follow_up}]
+    proxy.stop()
+    first, _ = read_recordings([folder])
+    assert first.shadow["turn#0"]["messages"][0]["role"] == "system"  # the candidate, not the client's input
+    assert first.exchanges[0].llm_input["messages"] == [{"role": "user", "content": "Find sample 7 in the LIMS."}]
+
+    assert judge(replay([folder], proxy.settings)).summary() == "2 identical, 0 changed, 0 failed"
+    # Without the deferred-tool policy the candidate offers the LIMS tool directly: the shadow candidate
+    # changed, although the provider (shadow mode) would still get the client's input unchanged.
+    verdict = judge(replay([folder], dataclasses.replace(proxy.settings, contributor_options={})))
+    assert [t.status for t in verdict.turns] == ["changed", "changed"]
+    assert "mcp__lims__lookup" in verdict.turns[0].calls[0].diff
