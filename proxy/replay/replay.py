@@ -184,6 +184,8 @@ class IdMap:
         """Pair the minted ids of two answers to the same request by their order of appearance."""
         then = list(dict.fromkeys(_MINTED_ID.findall(recorded_answer)))
         now = list(dict.fromkeys(_MINTED_ID.findall(replayed_answer)))
+        same = set(then) & set(now)  # relayed from the recorded provider answer, not minted: not paired
+        then, now = [i for i in then if i not in same], [i for i in now if i not in same]
         for old, new in zip(then, now, strict=False):
             self.ids.setdefault(old, new)
 
