@@ -1,8 +1,9 @@
-"""``context-proxy serve | demo | examples | report`` (also ``python -m proxy``)."""
+"""``context-proxy serve | replay | report | demo | examples`` (also ``python -m proxy``)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 from pathlib import Path
@@ -26,6 +27,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="serve a non-loopback address without CONTEXT_PROXY_MASTER_KEY (something in front authenticates)",
     )
+    serve.add_argument(
+        "--record", type=Path, help="record sessions (requests, provider exchanges) here; or CONTEXT_PROXY_RECORD_DIR"
+    )
+    replay = commands.add_parser("replay", help="replay recorded sessions through this build and configuration")
+    replay.add_argument("folders", type=Path, nargs="+", help="record folders (one per replica)")
+    replay.add_argument("--config", type=Path, help="the configuration to replay with (YAML with a model_list)")
+    replay.add_argument("--out", type=Path, help="write the HTML verdict page here")
+    replay.add_argument("--max-changed", type=int, help="exit non-zero when more than this many turns changed")
     demo = commands.add_parser("demo", help="run a scripted agent session through the real proxy, offline")
     demo.add_argument("--data-dir", type=Path, help="keep the store and traces here (default: a temporary folder)")
     examples = commands.add_parser("examples", help="write three reproducible context examples, offline")
@@ -43,8 +52,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "serve":
             settings = Settings.from_env(config_path=args.config)
+            if args.record is not None:
+                settings = dataclasses.replace(settings, record_dir=args.record)
             check_exposure(settings, args.host, args.allow_unauthenticated)
             return _serve(settings, args.host, args.port)
+        if args.command == "replay":
+            from proxy.replay.command import run_replay
+
+            return run_replay(args.folders, Settings.from_env(config_path=args.config), args.out, args.max_changed)
         if args.command == "examples":
             from proxy.demo.examples import DEFAULT_DIR, run_examples
 

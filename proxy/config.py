@@ -130,6 +130,7 @@ class Settings:
     # ``estimator_start_percent`` / 100.
     estimator: EstimatorName = "calibrated"
     estimator_start_percent: int = 125
+    record_dir: Path | None = None  # record and replay: where client requests and provider exchanges go
     prompt_percent: int = 25  # the system prompt's share of the effective limit
     message_percent: int = 10  # contributor messages' and attachments' share
     extra: Mapping[str, Any] = field(default_factory=dict)
@@ -207,6 +208,7 @@ class Settings:
             trace_dir=Path(env["SCIENCE_AGENT_CONTEXT_TRACE_DIR"])
             if env.get("SCIENCE_AGENT_CONTEXT_TRACE_DIR")
             else None,
+            record_dir=Path(env["CONTEXT_PROXY_RECORD_DIR"]) if env.get("CONTEXT_PROXY_RECORD_DIR") else None,
             example_dir=(
                 Path(env["SCIENCE_AGENT_CONTEXT_EXAMPLE_DIR"]) if env.get("SCIENCE_AGENT_CONTEXT_EXAMPLE_DIR") else None
             ),

@@ -20,6 +20,7 @@ from proxy.context.estimators import ConservativeTokenEstimator
 from proxy.context.nonce import session_nonce
 from proxy.errors import AssemblyFailed, ContextOverflow, ProxyError, SessionConflict
 from proxy.identity import SessionIdentity
+from proxy.runtime import call_tag
 from proxy.runtime.assembly import Assembler, Candidate, TurnRequest
 from proxy.runtime.branch import BranchTurn, branch_of, first_branch_turn, next_branch_turn
 from proxy.runtime.calibration import TokenCalibrator, usage_of
@@ -185,6 +186,7 @@ class TurnRunner:
         result = TurnResult(identity=identity, mode=mode)
         rounds = 0
         while True:
+            call_tag.begin_round(rounds)  # record and replay: which call this is (proxy/runtime/call_tag.py)
             answer = await self._call(request, stack)
             calls = answer.proxy_calls()
             if not calls:
@@ -265,6 +267,7 @@ class TurnRunner:
     async def _attempt(self, request: TurnRequest, stack: AsyncExitStack, recovery: int, reason: str = "") -> _Answer:
         """Assemble (unless legacy), call the provider once, and trace this attempt."""
         mode = request.mode
+        call_tag.begin_attempt(recovery)  # record and replay: the first attempt or the overflow retry
         candidate = None if mode == "legacy" else await self.assembler.assemble(request)
         sent = candidate if mode == "dynamic" else None
         llm_input = build_llm_input(request.body, request.route, sent)
@@ -274,6 +277,8 @@ class TurnRunner:
         strip_usage = sent is not None and bool(request.body.get("stream")) and not _asks_usage(llm_input)
         if strip_usage:
             llm_input["stream_options"] = {**(llm_input.get("stream_options") or {}), "include_usage": True}
+        if mode == "shadow" and candidate is not None:  # record and replay compare shadow candidates
+            call_tag.offer_shadow_candidate(lambda: build_llm_input(request.body, request.route, candidate))
         record = _trace_record(request, candidate, llm_input)
         if recovery:
             record["recovery"] = {"attempt": recovery, "reason": "provider_context_overflow", "providerMessage": reason}
