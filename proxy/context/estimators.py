@@ -55,7 +55,11 @@ def _non_ascii_cost(piece: str) -> int:
     table = cost_table()
     # Characters outside the table (emoji, accented Latin, Cyrillic...) cost their UTF-8 length: every
     # byte is a token in both encodings, so that can never be an under-count. A leading space costs 1
-    # the same way: it rarely merges with a CJK character.
+    # the same way, and the character after it its UTF-8 length too: a space can merge with that
+    # character's first byte and split the rest (cl100k cuts " 倍" into three tokens although "倍" alone
+    # is one), so the table's cost of the character on its own does not bound it there.
+    if piece.startswith(" ") and len(piece) > 1:
+        return 1 + len(piece[1].encode("utf-8")) + sum(table.get(ch) or len(ch.encode("utf-8")) for ch in piece[2:])
     return sum(table.get(ch) or len(ch.encode("utf-8")) for ch in piece)
 
 

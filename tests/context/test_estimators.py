@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import tiktoken
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from proxy.canonical import stable_json
@@ -110,6 +110,7 @@ json_value = st.recursive(
 
 @settings(max_examples=50, deadline=None)
 @given(mixed_text)
+@example("一 倍 倍 倍")  # a space before a CJK character: cl100k splits it into three tokens
 def test_never_under_on_mixed_research_text(text: str) -> None:
     assert ESTIMATOR.count_text(text) >= exact(text)
 
