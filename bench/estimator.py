@@ -162,8 +162,9 @@ def tool_results(texts: list[str]) -> list[str]:
 def run_calibrated(cases: dict[str, list[str]], quick: bool) -> dict[str, Any]:
     """Per corpus and provider scale: requests of 1-6 tool results (corpus cases, short ones joined),
     counted by a simulated provider (the scripted provider's ``tiktoken_prompt_tokens``); each is
-    estimated with the route's calibration as it stands, then teaches it. Ratios are estimate / provider count, over the requests
-    after the first ``MIN_SAMPLES`` that are big enough to teach (smaller ones never approach a window)."""
+    estimated with the route's calibration as it stands, then teaches it. Ratios are estimate / provider
+    count, over the requests after the first ``MIN_SAMPLES`` that are big enough to teach (smaller ones
+    never approach a window)."""
     from proxy.context.calibration import MIN_SAMPLE_TOKENS, MIN_SAMPLES, Calibration
     from proxy.context.estimators import CachingEstimator, TiktokenEstimator
     from proxy.demo.scripted_provider import tiktoken_prompt_tokens
