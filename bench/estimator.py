@@ -139,11 +139,32 @@ def run_estimator(quick: bool = False) -> dict[str, Any]:
 SCALES = (1.3, 0.8)
 
 
+# A tool result of the calibrated section is at least this long: a request of a few research paragraphs
+# (most under 100 tokens) stays below the calibration's MIN_SAMPLE_TOKENS, so it would neither teach the
+# route nor be judged, and a corpus of short cases reported nothing.
+TOOL_RESULT_CHARS = 4_000
+
+
+def tool_results(texts: list[str]) -> list[str]:
+    """The cases as tool results of a realistic size: consecutive short cases joined (blank line between)
+    until each is at least ``TOOL_RESULT_CHARS`` long; long cases (whole documents, files) stay whole."""
+    results, pending = [], ""
+    for text in texts:
+        pending = f"{pending}\n\n{text}" if pending else text
+        if len(pending) >= TOOL_RESULT_CHARS:
+            results.append(pending)
+            pending = ""
+    if pending:
+        results.append(pending)
+    return results
+
+
 def run_calibrated(cases: dict[str, list[str]], quick: bool) -> dict[str, Any]:
-    """Per corpus and provider scale: requests of 1-6 corpus cases as tool results, counted by a simulated
-    provider (the scripted provider's ``tiktoken_prompt_tokens``); each is estimated with the route's
-    calibration as it stands, then teaches it. Ratios are estimate / provider count, over the requests
-    after the first ``MIN_SAMPLES`` that are big enough to teach (smaller ones never approach a window)."""
+    """Per corpus and provider scale: requests of 1-6 tool results (corpus cases, short ones joined),
+    counted by a simulated provider (the scripted provider's ``tiktoken_prompt_tokens``); each is
+    estimated with the route's calibration as it stands, then teaches it. Ratios are estimate / provider
+    count, over the requests after the first ``MIN_SAMPLES`` that are big enough to teach (smaller ones
+    never approach a window)."""
     from proxy.context.calibration import MIN_SAMPLE_TOKENS, MIN_SAMPLES, Calibration
     from proxy.context.estimators import CachingEstimator, TiktokenEstimator
     from proxy.demo.scripted_provider import tiktoken_prompt_tokens
@@ -153,7 +174,8 @@ def run_calibrated(cases: dict[str, list[str]], quick: bool) -> dict[str, Any]:
     base = CachingEstimator(TiktokenEstimator("o200k_base"))
     requests = 60 if quick else 600
     out: dict[str, Any] = {}
-    for kind, texts in cases.items():
+    for kind, cased in cases.items():
+        texts = tool_results(cased)
         rng = random.Random(7)
         for scale in SCALES:
             calibration, ratios = Calibration(), []
@@ -179,6 +201,8 @@ def run_calibrated(cases: dict[str, list[str]], quick: bool) -> dict[str, Any]:
                 calibration = calibration.observe(local, provider)
             under = [r for r in ratios if r < 1]
             out[f"{kind}@{scale}"] = {
+                "kind": kind,
+                "scale": scale,
                 "requests": len(ratios),
                 "mean_ratio": round(sum(ratios) / len(ratios), 4) if ratios else None,
                 "worst_over_ratio": round(max(ratios), 4) if ratios else None,

@@ -159,9 +159,10 @@ def create_app(
     async def count_tokens(request: Request) -> Response:
         try:
             _authorize(request, settings)
-            return await anthropic.count_tokens(
-                decode_body(await _read_body(request, settings.max_request_bytes)), request.headers, settings
-            )
+            body = decode_body(await _read_body(request, settings.max_request_bytes))
+            if services.runner is None:
+                raise ProxyError("The proxy is still starting.", status=503, code="starting")
+            return await anthropic.count_tokens(body, request.headers, settings, services.runner)
         except ProxyError as exc:
             return anthropic_error(exc)
 

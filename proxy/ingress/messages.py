@@ -18,7 +18,7 @@ from typing import Any
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from proxy.config import Mode, ModelRoute, Settings
-from proxy.context.estimators import ConservativeTokenEstimator
+from proxy.context.types import TokenEstimator
 from proxy.errors import AssemblyFailed, ContextOverflow, ModelNotFound, ProxyError
 from proxy.identity import identify
 from proxy.ingress.messages_errors import error_body, prompt_too_long
@@ -46,7 +46,7 @@ async def create_message(
         # The proxy's own assembly failing is measured against the window it assembles for (the operator's
         # cap included), not the model's: Claude Code shows both numbers to the user.
         limit = limits.effective_input_tokens if isinstance(exc, AssemblyFailed) else limits.model_max_tokens
-        error = prompt_too_long(exc, limit, estimate_tokens(translation))
+        error = prompt_too_long(exc, limit, await _estimate(runner, route, translation))
         error.headers.update({"x-context-id": identity.context_id, "x-context-mode": mode})
         raise error from exc
     except ProxyError as exc:
@@ -55,22 +55,28 @@ async def create_message(
     if result.chunks is None:
         assert result.response is not None  # a TurnResult holds one or the other
         return JSONResponse(to_message(result.response, request.model), headers=result.headers)
-    events = message_events(result.chunks, request.model, error_body, estimate_tokens(translation))
+    events = message_events(result.chunks, request.model, error_body, await _estimate(runner, route, translation))
     return StreamingResponse(events, media_type="text/event-stream", headers=result.headers)
 
 
-async def count_tokens(body: Any, headers: Mapping[str, str], settings: Settings) -> Response:
-    """``{"input_tokens": N}``: the proxy's estimate of the translated request."""
+async def count_tokens(body: Any, headers: Mapping[str, str], settings: Settings, runner: TurnRunner) -> Response:
+    """``{"input_tokens": N}``: the proxy's estimate of the translated request, with the route's estimator."""
     request = parse_count_tokens_request(body)
     route = _route(settings, request.model)
     translation = to_chat(request, body, route, headers)
     parse_chat_request({**translation.body, "max_tokens": 1})
-    return JSONResponse({"input_tokens": estimate_tokens(translation)})
+    return JSONResponse({"input_tokens": await _estimate(runner, route, translation)})
 
 
-def estimate_tokens(translation: Translation) -> int:
+async def _estimate(runner: TurnRunner, route: ModelRoute, translation: Translation) -> int:
+    # The route's calibrated estimator (or the one SCIENCE_AGENT_CONTEXT_ESTIMATOR names), as the
+    # assembly budgets with: a client that plans with this count then agrees with the proxy's pressure.
+    accounting = await runner.calibrator.accounting(route)
+    return estimate_tokens(translation, accounting.estimator)
+
+
+def estimate_tokens(translation: Translation, estimator: TokenEstimator) -> int:
     """The estimator's count of the translated messages and tools."""
-    estimator = ConservativeTokenEstimator()
     total = sum(estimator.count_message(message) for message in translation.body["messages"])
     return total + estimator.count_tools(translation.body.get("tools") or [])
 

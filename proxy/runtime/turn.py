@@ -165,9 +165,9 @@ class TurnRunner:
         mode: Mode,
         ingress: Mapping[str, Any] | None = None,
     ) -> TurnResult:
+        limits = self.limits_for(route)  # first: a window the output reserve fills is refused before any write
         reconciliation = await self.store.reconcile(identity.context_id, identity.scope, body["messages"])
         turn = await self.store.next_turn(identity.context_id)
-        limits = self.limits_for(route)
         branch = await self._first_branch_turn(reconciliation)
         tokens = await self.calibrator.accounting(route)
         request = TurnRequest(

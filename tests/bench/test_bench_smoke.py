@@ -54,6 +54,13 @@ def test_estimator_part_never_under_and_renders() -> None:
     assert set(result["kinds"]) == {"research", "json", "code"}
     assert result["never_under"], result["kinds"]
     assert all(speed > 0 for speed in result["throughput_mb_s"].values())
+    # Every corpus teaches and is judged at both provider scales (research paragraphs are joined into
+    # tool results big enough to be samples).
+    calibrated = result["calibrated"]
+    assert {(row["kind"], row["scale"]) for row in calibrated.values()} == {
+        (kind, scale) for kind in ("research", "json", "code") for scale in (1.3, 0.8)
+    }
+    assert all(row["requests"] >= 20 for row in calibrated.values()), calibrated
     report = {
         "date": "2026-01-01T00:00:00+00:00",
         "quick": True,
@@ -63,6 +70,7 @@ def test_estimator_part_never_under_and_renders() -> None:
     }
     markdown = render_markdown(report)
     assert "| estimator never under tiktoken | met | 0 cases under |" in markdown
+    assert "| research | 1.3x |" in markdown and "| code | 0.8x |" in markdown
 
 
 def test_prefix_share_counts_the_common_prefix() -> None:

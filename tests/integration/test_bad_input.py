@@ -172,3 +172,18 @@ def test_a_schema_violation_is_a_400_naming_it_and_the_session_goes_on(legacy_pr
         assert body["error"]["type"] == "invalid_request_error"
         assert provider.history == []
         assert http.post("/v1/chat/completions", json=GOOD, headers=session).status_code == 200
+
+
+def test_a_model_whose_window_the_output_reserve_fills_gets_a_400_naming_both(start_proxy, provider):
+    # No model list: the window of a client-named model is known only when it is asked for (litellm's
+    # model map; for an unknown model, the 128,000-token fallback), so the check happens per request.
+    proxy = start_proxy(mode="dynamic", models=(), output_reserve_tokens=200_000)
+    body = {"model": "openai/scripted", "messages": [{"role": "user", "content": "hello"}]}
+    with httpx.Client(base_url=proxy.url) as http:
+        response = http.post("/v1/chat/completions", json=body, headers={"x-session-id": "reserve"})
+    _assert_error(response, 400, "OUTPUT_RESERVE_TOKENS=200000")
+    error = response.json()["error"]
+    assert error["code"] == "output_reserve_exceeds_window"
+    assert "128000 tokens" in error["message"] and "'openai/scripted'" in error["message"]
+    assert provider.history == []
+    assert _stored_sessions(proxy.settings.data_dir) == 0

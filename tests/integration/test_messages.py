@@ -202,3 +202,27 @@ def test_count_tokens_estimates_the_translated_request(start_proxy, provider, pa
     assert 0 < small.json()["input_tokens"] < 50
     assert big.input_tokens > small.json()["input_tokens"] + 1000
     assert provider.history == []  # a count never calls the model
+
+
+def test_count_tokens_uses_the_routes_calibrated_estimator(start_proxy, provider):
+    import tiktoken
+
+    from proxy.demo.scripted_provider import Reply
+
+    provider.script(lambda body: Reply(content="ok"))
+    provider.provider.token_scale = 1.3
+    proxy = start_proxy(mode="dynamic")
+    text = "describe the titration curve. " * 400
+    tokens = len(tiktoken.get_encoding("o200k_base").encode(text))
+    count = {"model": MODEL, "messages": [{"role": "user", "content": text}]}
+    with httpx.Client(base_url=proxy.url) as http:
+        before = http.post("/v1/messages/count_tokens", json=count).json()["input_tokens"]
+        for index in range(10):  # answers that report usage teach the route its ratio
+            proxy.client().chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": f"question {index}: {text}"}]
+            )
+        after = http.post("/v1/messages/count_tokens", json=count).json()["input_tokens"]
+    # Before any sample: tiktoken times the 1.25 start margin (the conservative estimator gave ~1.9x).
+    assert 1.2 * tokens <= before <= 1.3 * tokens
+    # After: the provider's 1.3x and a small margin, never under what the provider will count.
+    assert 1.3 * tokens <= after <= 1.4 * tokens

@@ -185,3 +185,19 @@ def test_resident_memory_levels_off_under_many_large_distinct_tool_outputs(tmp_p
                     rss[number + 1] = _rss_mib(pid)
     growth = rss[requests] - rss[warm_up]
     assert growth < bound_mib, f"RSS grew {growth:.0f} MiB over {requests - warm_up} requests: {rss}"
+
+
+def test_an_output_reserve_that_fills_a_routes_window_stops_start_up(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    entry = {
+        "model_name": "lab-small",
+        "litellm_params": {"model": "openai/lab-small", "api_base": "http://127.0.0.1:9/v1"},
+        "model_info": {"max_input_tokens": 6_000},
+    }
+    config.write_text(yaml.safe_dump({"model_list": [entry]}))
+
+    result = refused(tmp_path, tmp_path / "data", "127.0.0.1", "--config", str(config), OUTPUT_RESERVE_TOKENS="6500")
+
+    assert result.returncode == 2, result.stderr
+    assert "OUTPUT_RESERVE_TOKENS=6500" in result.stderr and "6000 tokens" in result.stderr
+    assert "'lab-small'" in result.stderr and "Traceback" not in result.stderr

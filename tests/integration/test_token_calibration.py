@@ -8,12 +8,14 @@ proxy learns the route's ratio from the answers and fills the window it was give
 from __future__ import annotations
 
 import json
+import random
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from proxy.config import ModelRoute
-from proxy.demo.science import TOOLS, ScienceModel, client_tool_result, is_summary_request
+from proxy.demo.science import PLANTED_FACT, TOOLS, ScienceModel, is_summary_request, tool_output
 from proxy.demo.scripted_provider import Reply
 from proxy.session import open_store
 
@@ -30,7 +32,53 @@ def _route(provider_url: str, window: int = WINDOW, max_output: int = 2_000) -> 
     )
 
 
-def _run(client: Any, steps: int, session: str, stream: bool) -> int:
+def mixed_output(step: int, output_bytes: int = 12_000) -> str:
+    """A realistic ~12 KB tool output (about 3,000 tiktoken tokens): prose, Python, JSON records and a
+    few log lines in turn, its step first; step 1 hides the fact."""
+    rng = random.Random(step)
+    words = [
+        "the",
+        "sample",
+        "was",
+        "heated",
+        "slowly",
+        "while",
+        "the",
+        "detector",
+        "recorded",
+        "a",
+        "stable",
+        "baseline",
+        "and",
+        "no",
+        "drift",
+    ]
+    blocks = [f"step={step} measurement log"]
+    while sum(len(b) + 1 for b in blocks) < output_bytes:
+        kind = len(blocks) % 4
+        if kind == 0:
+            blocks.append(" ".join(rng.choice(words) for _ in range(60)).capitalize() + ".")
+        elif kind == 1:
+            name = rng.choice(["fit_curve", "load_run", "normalise", "check_drift"])
+            blocks.append(
+                f"def {name}(values, window={rng.randint(2, 9)}):\n"
+                f"    total = sum(values[-window:])\n    return total / max(len(values), 1)\n"
+            )
+        elif kind == 2:
+            record = {
+                "run": f"r-{step}-{len(blocks)}",
+                "ok": rng.random() < 0.9,
+                "temp_c": round(rng.uniform(20, 80), 2),
+            }
+            blocks.append(json.dumps(record))
+        else:
+            blocks.append(f"{step:03d}.{len(blocks):04d} I={rng.uniform(0, 1):.4f}A ok")
+        if step == 1 and len(blocks) == 20:
+            blocks.append(PLANTED_FACT)
+    return "\n".join(blocks)
+
+
+def _run(client: Any, steps: int, session: str, stream: bool, output: Callable[[int], str] = tool_output) -> int:
     """The agent loop of a 60-step protocol; returns the turns it took."""
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You are an autonomous lab agent. Run the protocol step by step."},
@@ -62,11 +110,15 @@ def _run(client: Any, steps: int, session: str, stream: bool) -> int:
         messages.append(message)
         if not message.get("tool_calls"):
             return turn
-        messages += [client_tool_result(call) for call in message["tool_calls"]]
+        for call in message["tool_calls"]:
+            step = int(json.loads(call["function"]["arguments"])["step"])
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": output(step)})
     raise AssertionError("the agent did not finish")
 
 
-def _peak_run(start_proxy, provider, scale: float, stream: bool, estimator: str) -> tuple[int, list[int], Any]:
+def _peak_run(
+    start_proxy, provider, scale: float, stream: bool, estimator: str, output: Callable[[int], str] = tool_output
+) -> tuple[int, list[int], Any]:
     """Run the 60-step protocol against a provider counting ``scale`` x tiktoken; the largest agent
     request it accepted, every request's count, and the proxy."""
     model = ScienceModel(STEPS)
@@ -75,7 +127,7 @@ def _peak_run(start_proxy, provider, scale: float, stream: bool, estimator: str)
     provider.script(model, context_window=WINDOW)
     provider.provider.token_scale = scale
     proxy = start_proxy(mode="dynamic", models=(_route(provider.url),), trace_enabled=True, estimator=estimator)
-    _run(proxy.client(), STEPS, f"{estimator}-{scale}", stream)
+    _run(proxy.client(), STEPS, f"{estimator}-{scale}", stream, output)
     counts = list(provider.provider.prompt_tokens)
     bodies = list(provider.history)
     peak = max(t for body, t in zip(bodies, counts, strict=True) if not is_summary_request(body) and t <= WINDOW)
@@ -140,3 +192,34 @@ async def test_calibration_survives_a_restart(start_proxy, provider):
         await store.close()
     assert stored is not None and len(stored["samples"]) == 3
     assert all(1.2 <= ratio <= 1.4 for ratio in stored["samples"])
+
+
+@pytest.mark.parametrize(("scale", "stream"), [(1.3, False), (0.8, True)])
+def test_with_realistic_outputs_the_peak_comes_within_a_step_of_the_pressure_threshold(
+    start_proxy, provider, scale, stream
+):
+    """The issue's proof asks for a peak of at least 70% of the window; that figure cannot be reached by
+    an estimate that never under-counts, and this test asserts the best sound one (65%), measured at
+    66.1% (1.3x, 10,577 tokens) and 68.7% (0.8x, 10,989 tokens) with no overflow.
+
+    Why not 70%: the effective input limit is 16,000 - 2,000 (output reserve) = 14,000, and compaction
+    fires when the *estimate* reaches 80% of it, 11,200 tokens, exactly 70% of the window. A request
+    the proxy sends is therefore estimated below 11,200; it counts 11,200 or more at the provider only
+    if the estimate is under the provider's count. The calibrated estimate is the tiktoken count times
+    ratio x margin, the margin at least 1.01 (1.02-1.03 here: the share of per-message framing, which
+    the local count and the provider price differently, varies from request to request), so the
+    ceiling is about 11,200 / 1.02 = 10,980 (68.6%). Below that ceiling the peak is set by the step
+    size: each ~12 KB output adds ~2,900 tiktoken tokens (3,800 at 1.3x, 2,350 at 0.8x), the history
+    grows from the compaction target (50%, 7,000) in such steps, and the largest request sent is the
+    last one under the threshold, anywhere in the step below it; the larger steps at 1.3x land further
+    below. Closing the gap soundly means a higher pressure threshold (``SCIENCE_AGENT_CONTEXT_PRESSURE_PERCENT``)
+    or a smaller output reserve, which are the operator's choices, not the estimator's.
+    """
+    peak, counts, _ = _peak_run(start_proxy, provider, scale, stream, "calibrated", mixed_output)
+
+    overflows = [i for i, tokens in enumerate(counts) if tokens > WINDOW]
+    assert len(overflows) <= 1, f"overflowed at requests {overflows}"
+    assert all(tokens <= WINDOW for tokens in counts[(overflows[0] + 1 if overflows else 0) :])
+    print(f"\nrealistic outputs, scale {scale}: peak {peak:,} of {WINDOW:,} ({peak / WINDOW:.1%})")
+    assert peak >= 0.65 * WINDOW
+    assert peak < 0.70 * WINDOW  # at or above it, some request was under-counted at the threshold

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.config import ModelRoute, Settings
-from proxy.runtime.limits import LEARNED_LIMIT_SECONDS, UNROUTED_CACHE_SIZE, RouteLimits
+from proxy.config import ConfigError, ModelRoute, Settings
+from proxy.runtime.limits import (
+    LEARNED_LIMIT_SECONDS,
+    UNROUTED_CACHE_SIZE,
+    ImpossibleLimits,
+    RouteLimits,
+    check_route_limits,
+    resolve_limits,
+)
+from proxy.runtime.services import check_settings
 
 ROUTE = ModelRoute("gpt", {"model": "openai/gpt"}, max_input_tokens=100_000, max_output_tokens=4_000)
 
@@ -82,3 +90,49 @@ def test_client_model_names_without_a_model_list_are_not_learned_nor_kept():
     assert len(limits._unrouted) == UNROUTED_CACHE_SIZE
     limits.get(first)  # long evicted: resolved again
     assert lookups.count("model-0") == 2
+
+
+def _reserve_settings(tmp_path, reserve: int, window: int) -> Settings:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "model_list:\n"
+        "  - model_name: lab-small\n"
+        "    litellm_params: {model: openai/lab-small}\n"
+        f"    model_info: {{max_input_tokens: {window}}}\n"
+        "  - model_name: lab-large\n"
+        "    litellm_params: {model: openai/lab-large}\n"
+        "    model_info: {max_input_tokens: 200000}\n"
+    )
+    env = {"OUTPUT_RESERVE_TOKENS": str(reserve), "SCIENCE_AGENT_DATA_DIR": str(tmp_path / "data")}
+    return Settings.from_env(env, config_path=config)
+
+
+@pytest.mark.parametrize("reserve", [6_000, 9_000])
+def test_a_reserve_at_or_above_a_configured_window_stops_start_up_naming_both(tmp_path, reserve):
+    settings = _reserve_settings(tmp_path, reserve, window=6_000)
+
+    with pytest.raises(ConfigError) as refused:
+        check_settings(settings)  # what ``serve`` runs before it listens
+    message = str(refused.value)
+    assert f"OUTPUT_RESERVE_TOKENS={reserve}" in message and "6000 tokens" in message and "'lab-small'" in message
+    # The runner refuses the same settings (an embedding application that skips check_settings).
+    with pytest.raises(ConfigError, match=f"OUTPUT_RESERVE_TOKENS={reserve}"):
+        check_route_limits(settings, lambda model: (None, None))
+
+
+def test_a_reserve_below_every_configured_window_starts(tmp_path):
+    settings = _reserve_settings(tmp_path, 5_999, window=6_000)
+    check_settings(settings)
+    route = settings.route("lab-small")
+    assert route is not None
+    assert resolve_limits(settings, route, lambda model: (None, None)).effective_input_tokens == 1
+
+
+def test_without_a_route_the_reserve_is_checked_against_the_model_map_window():
+    settings = Settings.from_env({"OUTPUT_RESERVE_TOKENS": "40000"})
+    route = settings.route("openai/some-model")
+    assert route is not None
+    with pytest.raises(ImpossibleLimits) as refused:
+        resolve_limits(settings, route, lambda model: (32_000, 4_000))
+    assert refused.value.status == 400 and refused.value.code == "output_reserve_exceeds_window"
+    assert "OUTPUT_RESERVE_TOKENS=40000" in refused.value.message and "32000 tokens" in refused.value.message

@@ -99,3 +99,13 @@ def test_request_message_cap_and_shutdown_grace_are_read_and_checked():
     for name in ("CONTEXT_PROXY_MAX_REQUEST_MESSAGES", "CONTEXT_PROXY_SHUTDOWN_GRACE_SECONDS"):
         with pytest.raises(ConfigError, match=name):
             Settings.from_env({name: "-1"})
+
+
+@pytest.mark.parametrize(("window", "reserve"), [(8000, 8000), (8000, 9500)])
+def test_an_output_reserve_that_fills_the_env_window_stops_start_up_naming_both(window, reserve):
+    with pytest.raises(ConfigError) as refused:
+        Settings.from_env({"MODEL_MAX_TOKENS": str(window), "OUTPUT_RESERVE_TOKENS": str(reserve)})
+    assert f"OUTPUT_RESERVE_TOKENS={reserve}" in str(refused.value)
+    assert f"MODEL_MAX_TOKENS={window}" in str(refused.value)
+    # One token below the window is a (tiny) input limit, not nonsense: accepted.
+    Settings.from_env({"MODEL_MAX_TOKENS": str(window), "OUTPUT_RESERVE_TOKENS": str(window - 1)})
