@@ -11,7 +11,6 @@ port. Contributor output is call-local and never enters the history handed back.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from typing import Any
 from proxy.context.budget import BudgetResult, apply_context_budget
 from proxy.context.checkpoint import Checkpoint
 from proxy.context.collector import Collection, collect_detailed
-from proxy.context.compactor import CompactionResult, HistoryCompactor, HistoryRecord, Summarizer
+from proxy.context.compactor import CompactionTrace, HistoryCompactor, HistoryRecord, Summarizer
 from proxy.context.composer import DefaultContextMessageComposer
 from proxy.context.estimators import TurnEstimator
 from proxy.context.message_count import apply_message_count_cap
@@ -77,15 +76,53 @@ class AssemblyInput:
 
 
 @dataclass(frozen=True)
+class CompactionRecord:
+    """What compaction did for this call: the compactor's own record and what the pipeline made of it."""
+
+    pass_record: CompactionTrace
+    new_checkpoint: bool
+    checkpoint_covers: str | None  # the chain hash the checkpoint in effect covers
+    recollected: bool  # contributors ran again because the visible history changed
+    forced: bool  # a forced pass after a provider overflow
+    stated_limit: int | None  # the window the provider stated, on a forced pass
+
+
+@dataclass(frozen=True)
+class RenderedContext:
+    """The candidate as composed: the prompt, the call's messages and tools, the window's statistics."""
+
+    prompt: RenderedPrompt
+    call_history: tuple[dict[str, Any], ...]
+    tools: tuple[dict[str, Any], ...]
+    window: WindowResult
+
+
+@dataclass(frozen=True)
+class AssemblyRecord:
+    """The pipeline's stage results for one call, as plain data (``proxy/runtime/trace_record.py``
+    serializes them). ``collection``, ``admitted`` and ``rendered`` are ``None`` without detailed traces."""
+
+    compaction: CompactionRecord
+    estimated_tokens: int
+    cap_dropped_messages: int
+    cap_max: int | None
+    assembly_ms: float
+    plan_progress: Mapping[str, Any] | None = None
+    collection: Collection | None = None
+    admitted: BudgetResult | None = None
+    rendered: RenderedContext | None = None
+
+
+@dataclass(frozen=True)
 class AssemblyOutput:
-    """The model input, what the caller must persist, and the trace of every stage."""
+    """The model input, what the caller must persist, and the record of every stage."""
 
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]]
     new_checkpoint: Checkpoint | None
     previewed_refs: tuple[str, ...]
     visible_history: tuple[dict[str, Any], ...]  # the history the model sees: compacted and windowed
-    trace: dict[str, Any]
+    record: AssemblyRecord
 
 
 class ContextAssembler:
@@ -174,24 +211,39 @@ class ContextAssembler:
         estimated = ContextValidator().validate(
             composed, limit_tokens=inp.limit, estimator=estimator, nonce=inp.nonce, tools=tools
         )
-        trace: dict[str, Any] = (
-            _trace(inp, collection, admitted, prompt, compaction, window, composed.messages, recollected, tools)
-            if self._config.detailed_trace
-            else {"compaction": _compaction_trace(inp, compaction, recollected)}
-        )
+        detailed = self._config.detailed_trace
         plan = state.get(PLAN) if state else None
-        if isinstance(plan, Mapping) and plan.get("progress") is not None:
-            trace["planProgress"] = plan["progress"]
-        trace["cap"] = {"droppedMessages": cap.dropped_messages, "max": self._config.max_history_messages}
-        trace["estimatedTokens"] = estimated
-        trace["assemblyMs"] = round((time.perf_counter() - started) * 1000, 3)
+        record = AssemblyRecord(
+            compaction=CompactionRecord(
+                pass_record=compaction.trace,
+                new_checkpoint=compaction.new_checkpoint,
+                checkpoint_covers=compaction.checkpoint.covers_hash if compaction.checkpoint else None,
+                recollected=recollected,
+                forced=inp.forced,
+                stated_limit=inp.stated_limit,
+            ),
+            estimated_tokens=estimated,
+            cap_dropped_messages=cap.dropped_messages,
+            cap_max=self._config.max_history_messages,
+            assembly_ms=round((time.perf_counter() - started) * 1000, 3),
+            plan_progress=plan["progress"] if isinstance(plan, Mapping) and plan.get("progress") is not None else None,
+            collection=collection if detailed else None,
+            admitted=admitted if detailed else None,
+            rendered=(
+                RenderedContext(
+                    prompt, tuple(dict(m) for m in composed.messages), tuple(dict(t) for t in tools), window
+                )
+                if detailed
+                else None
+            ),
+        )
         return AssemblyOutput(
             messages=[dict(m) for m in composed.messages],
             tools=[dict(t) for t in tools],
             new_checkpoint=compaction.checkpoint if compaction.new_checkpoint else None,
             previewed_refs=compaction.previewed_refs,
             visible_history=window.messages,
-            trace=trace,
+            record=record,
         )
 
     async def _collect(
@@ -253,66 +305,3 @@ def _has_identity(registry: ContextContributorRegistry) -> bool:
 
 def _is_instruction(message: Mapping[str, Any]) -> bool:
     return message.get("role") in _CLIENT_INSTRUCTION_ROLES
-
-
-def _trace(
-    inp: AssemblyInput,
-    collection: Collection,
-    admitted: BudgetResult,
-    prompt: RenderedPrompt,
-    compaction: CompactionResult,
-    window: WindowResult,
-    messages: Sequence[Mapping[str, Any]],
-    recollected: bool,
-    tools: Sequence[Mapping[str, Any]],
-) -> dict[str, Any]:
-    """The stage records a schema-v5 trace holds (the runtime adds mode, budgets and llmInput)."""
-    compaction_trace = _compaction_trace(inp, compaction, recollected)
-    return {
-        "contributors": [
-            {
-                "id": run.contributor_id,
-                "status": run.status,
-                "durationMs": run.duration_ms,
-                "error": run.error,
-                "rawOutput": _plain(run.raw_output),
-            }
-            for run in collection.runs
-        ],
-        "collection": _plain(
-            {"sections": collection.sections, "messages": collection.messages, "attachments": collection.attachments}
-        ),
-        "admitted": admitted.to_trace(),
-        "renderedContext": {
-            "prompt": prompt.text,
-            "sectionIds": list(prompt.section_ids),
-            "callHistory": [dict(m) for m in messages],
-            "tools": [dict(t) for t in tools],
-            "window": window.to_trace(),
-        },
-        "compaction": compaction_trace,
-    }
-
-
-def _compaction_trace(inp: AssemblyInput, compaction: CompactionResult, recollected: bool) -> dict[str, Any]:
-    """The compaction record: what the compactor did, the checkpoint in effect, and any recovery."""
-    record = compaction.trace.to_trace()
-    record["newCheckpoint"] = compaction.new_checkpoint
-    record["checkpointCovers"] = compaction.checkpoint.covers_hash if compaction.checkpoint else None
-    record["recollected"] = recollected
-    if inp.forced:
-        record["recovery"] = {"reason": "provider_context_overflow", "statedLimit": inp.stated_limit}
-    return record
-
-
-def _plain(value: Any) -> Any:
-    """JSON-ready data from dataclasses, tuples and mappings (contributors may return either)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return repr(value)

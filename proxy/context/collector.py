@@ -65,10 +65,6 @@ class Collection:
     attachments: tuple[Attachment, ...]
     diagnostics: tuple[Diagnostic, ...]
 
-    def to_trace(self) -> dict[str, Any]:
-        """Plain JSON-ready data for the context trace."""
-        return dataclasses.asdict(self)
-
 
 async def collect_detailed(
     registry: ContextContributorRegistry,

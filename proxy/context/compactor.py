@@ -23,7 +23,6 @@ and the latest step are never summarized, so a protocol-valid history stays prot
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -92,7 +91,7 @@ class CompactionConfig:
 
 @dataclass
 class CompactionTrace:
-    """What one pass did, for the context trace (``to_trace`` gives the JSON form)."""
+    """What one pass did, for the context trace (``proxy/runtime/trace_record.py`` serializes it)."""
 
     reason: str | None
     limit: int
@@ -111,10 +110,6 @@ class CompactionTrace:
     unknown_refs: list[str] = field(default_factory=list)
     checkpoint_issues: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-
-    def to_trace(self) -> dict[str, Any]:
-        """Plain JSON-ready data."""
-        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from proxy.context.checkpoint import Checkpoint
 from proxy.context.nonce import session_nonce
 from proxy.context.previews import READ_TOOL_OUTPUT
 from proxy.context.state import SKILL_HEADER, StateConfig, derive_state
-from proxy.runtime.assembly import Candidate, TurnRequest
+from proxy.runtime.assembly import Candidate, CandidateRecord, SummaryBackoff, TurnRequest
 from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.proxy_tools import ProxyToolbox, ToolContext
 from proxy.runtime.summarizer import ModelSummarizer
@@ -143,13 +143,12 @@ class DynamicAssembler:
             await self._store.put_checkpoint(context_id, checkpoint.covers_hash, checkpoint.to_record())
         if list(output.previewed_refs) != list(previewed):
             await self._store.put_state(context_id, _head(request), PREVIEWED_REFS, list(output.previewed_refs))
-        record = {"path": "dynamic", **output.trace, "summarizerCalls": summarizer.calls}
-        if not may_summarize:
-            record["summaryBackoff"] = {"retryAfterMessages": retry_after, "historyMessages": len(history)}
-        if unreadable:
-            record["storeDiagnostics"] = [
-                f"stored checkpoint {key} is unreadable and was ignored" for key in unreadable
-            ]
+        record = CandidateRecord(
+            pipeline=output.record,
+            summarizer_calls=tuple(summarizer.calls),
+            summary_backoff=None if may_summarize or retry_after is None else SummaryBackoff(retry_after, len(history)),
+            store_diagnostics=tuple(f"stored checkpoint {key} is unreadable and was ignored" for key in unreadable),
+        )
         return Candidate(
             messages=output.messages,
             tools=output.tools or None,

@@ -25,7 +25,8 @@ from proxy.runtime.branch import BranchTurn, branch_of, first_branch_turn, next_
 from proxy.runtime.limits import ModelLimits, ModelMapLookup, RouteLimits
 from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.stream_buffer import accumulate, synthesize
-from proxy.runtime.trace import TraceWriter, redact_llm_input
+from proxy.runtime.trace import TraceWriter
+from proxy.runtime.trace_record import CallRecord, trace_json
 from proxy.session.reconcile import ChainMemo
 from proxy.session.store import Reconciliation, SessionBusy, SessionStore
 
@@ -254,9 +255,7 @@ class TurnRunner:
         candidate = None if mode == "legacy" else await self.assembler.assemble(request)
         sent = candidate if mode == "dynamic" else None
         llm_input = build_llm_input(request.body, request.route, sent)
-        record = _trace_record(request, candidate, llm_input)
-        if recovery:
-            record["recovery"] = {"attempt": recovery, "reason": "provider_context_overflow", "providerMessage": reason}
+        record = CallRecord(request, candidate, llm_input, recovery, reason)
         answer = _Answer(
             proxy_tools=sent.proxy_tools if sent is not None else frozenset(),
             visible_history=sent.visible_history if sent is not None else (),
@@ -272,12 +271,12 @@ class TurnRunner:
                 answer.live = _LiveStream(self._finish_stream(chunks, request, record, recovery), stack)
                 return answer  # its trace is written when the stream ends
         except ProxyError as exc:
-            record["providerError"] = exc.body()["error"]
+            record.provider_error = exc.body()["error"]
             if isinstance(exc, ContextOverflow):
                 exc.sent_tokens = _estimated_size(llm_input, exc.counts_output)
             raise
         finally:
-            record["providerMs"] = round((time.perf_counter() - started) * 1000, 3)
+            record.provider_ms = round((time.perf_counter() - started) * 1000, 3)
             if answer.live is None:
                 self._write_trace(request, record, recovery)
         return answer
@@ -286,7 +285,7 @@ class TurnRunner:
         self,
         chunks: AsyncIterator[dict[str, Any]],
         request: TurnRequest,
-        record: dict[str, Any],
+        record: CallRecord,
         recovery: int,
     ) -> AsyncIterator[dict[str, Any]]:
         """Relay the chunks; the trace is written when the stream ends, fails or is dropped."""
@@ -294,7 +293,7 @@ class TurnRunner:
             async for chunk in chunks:
                 yield chunk
         except ProxyError as exc:
-            record["providerError"] = exc.body()["error"]
+            record.provider_error = exc.body()["error"]
             raise
         finally:
             try:
@@ -304,9 +303,9 @@ class TurnRunner:
             finally:
                 self._write_trace(request, record, recovery)
 
-    def _write_trace(self, request: TurnRequest, record: dict[str, Any], recovery: int) -> None:
+    def _write_trace(self, request: TurnRequest, record: CallRecord, recovery: int) -> None:
         if self.traces is not None:
-            self.traces.write(request.identity.context_id, request.turn, record, recovery=recovery)
+            self.traces.write(request.identity.context_id, request.turn, trace_json(record), recovery=recovery)
 
 
 class _LiveStream(AsyncIterator[dict[str, Any]]):
@@ -398,41 +397,3 @@ def _estimated_size(llm_input: dict[str, Any], counts_output: bool) -> int:
         requested = llm_input.get("max_completion_tokens") or llm_input.get("max_tokens")
         size += requested if isinstance(requested, int) else 0
     return size
-
-
-def _trace_record(request: TurnRequest, candidate: Candidate | None, llm_input: dict[str, Any]) -> dict[str, Any]:
-    """A schema-v5 trace of one model call: the runtime's facts plus every stage the assembler recorded."""
-    limits = request.limits
-    stages = dict(candidate.record) if candidate is not None else {}
-    path = stages.pop("path", "dynamic") if candidate is not None else "legacy"
-    return {
-        "contextId": request.identity.context_id,
-        "contextIdSource": request.identity.source,
-        "turn": request.turn,
-        "mode": request.mode,
-        "scope": request.identity.scope,
-        "model": request.route.model_name,
-        "selectedPath": path,
-        "budgets": {
-            "modelMaxTokens": limits.model_max_tokens,
-            "outputReserveTokens": limits.output_reserve_tokens,
-            "contextWindowTokens": limits.context_window_tokens,
-            "effectiveInputTokens": limits.effective_input_tokens,
-            "source": limits.source,
-        },
-        "session": {
-            "headHash": request.reconciliation.head_hash,
-            "knownMessages": request.reconciliation.known_count,
-            "newMessages": len(request.reconciliation.new_messages),
-            "forked": request.reconciliation.forked,
-            **({"branch": request.branch.record()} if request.branch is not None else {}),
-        },
-        "contributors": stages.pop("contributors", []),
-        "collection": stages.pop("collection", None),
-        "admitted": stages.pop("admitted", None),
-        "renderedContext": stages.pop("renderedContext", None),
-        "compaction": stages.pop("compaction", None),
-        **stages,
-        **({"ingress": dict(request.ingress)} if request.ingress else {}),
-        "llmInput": redact_llm_input(llm_input),
-    }

@@ -190,7 +190,7 @@ async def _check_session(
         assert trace["session"]["forked"] is False, (sid, turn)
         # The checkpoint written after turn 10 is reused by every later turn (turn 11 on the other
         # replica first) and stands in the model's input for the steps it covers.
-        reused = (trace["compaction"] or {}).get("reused_checkpoint")
+        reused = (trace["compaction"] or {}).get("reusedCheckpoint")
         shown = handoff[1].message(nonce) in trace["llmInput"]["messages"]
         assert (reused, shown) == ((handoff[0], True) if turn > HANDOFF_TURN else (None, False)), (sid, turn)
     head = traces[f"turn-{TURNS:04d}.json"][0][1]["session"]["headHash"]
@@ -308,7 +308,7 @@ async def test_a_checkpoint_one_replica_wrote_is_reused_by_the_other(
         compaction = trace["compaction"] or {}
         if compaction.get("newCheckpoint"):
             written[compaction["checkpointCovers"]] = index
-        reused = compaction.get("reused_checkpoint")
+        reused = compaction.get("reusedCheckpoint")
         if reused in written and written[reused] != index:
             reused_elsewhere.append(name)
     assert written, "no replica wrote a checkpoint"
