@@ -32,6 +32,7 @@ from proxy.context.validator import ContextValidator
 from proxy.context.window import AtomicHistoryWindowPolicy, WindowResult
 
 _CLIENT_INSTRUCTION_ROLES = ("system", "developer")
+_MAX_PASSES = 3  # the first, after compaction, after the window: each only when the visible history changed
 
 
 @dataclass(frozen=True)
@@ -151,16 +152,13 @@ class ContextAssembler:
         records = [r for r in inp.history if not instructions or not _is_instruction(r.message)]
         cap = apply_message_count_cap([r.message for r in records], self._config.max_history_messages)
         kept = [records[i] for i in cap.kept_indices]
-        history = [r.message for r in kept]
+        history: list[dict[str, Any]] = [dict(r.message) for r in kept]
 
         # Contributors see the client's instructions first, then the visible history.
         leading = [r.message for r in instructions]
-        state = self._visible_state(inp.state, history)
         tools = list(inp.tools)
-        collection = await self._collect(registry, inp, leading + history, state, tools)
-        admitted, prompt = self._admit(collection, inp, estimator)
+        stage = await self._pass(registry, inp, leading, history, tools, estimator)
         # Compaction plans as if the reference tools were offered: they may be, once it is done.
-        fixed = self._fixed_tokens(prompt, admitted, [*tools, *inp.reference_tools], estimator, inp.nonce)
         compaction = await self._compactor.compact(
             kept,
             nonce=inp.nonce,
@@ -168,7 +166,7 @@ class ContextAssembler:
             limit=inp.limit,
             estimator=estimator,
             summarizer=summarizer,
-            fixed_tokens=fixed,
+            fixed_tokens=stage.fixed_tokens([*tools, *inp.reference_tools], estimator, inp.nonce),
             checkpoints=inp.checkpoints,
             previewed_refs=inp.previewed_refs,
             forced=inp.forced,
@@ -177,29 +175,33 @@ class ContextAssembler:
         )
         if inp.reference_tools and (compaction.previewed_refs or compaction.checkpoint is not None):
             tools += inp.reference_tools
-        recollected = list(compaction.messages) != history or len(tools) != len(inp.tools)
-        if recollected:
-            # Plan progress and skill visibility are judged against what the model will actually see.
-            state = self._visible_state(inp.state, compaction.messages)
-            collection = await self._collect(registry, inp, leading + list(compaction.messages), state, tools)
-            admitted, prompt = self._admit(collection, inp, estimator)
-        fixed = self._fixed_tokens(prompt, admitted, tools, estimator, inp.nonce)
-
         window_history, checkpoint_message = compaction.history_and_checkpoint
-        composer = DefaultContextMessageComposer()
-        window = AtomicHistoryWindowPolicy().apply(
-            window_history, limit_tokens=inp.limit - fixed, estimator=estimator, checkpoint=checkpoint_message
-        )
-        if inp.state and len(window.kept_indices) < len(window_history):
-            # The window dropped what compaction could not: judge visibility on what is really sent.
-            state = self._visible_state(inp.state, window.messages)
-            collection = await self._collect(registry, inp, leading + list(window.messages), state, tools)
-            admitted, prompt = self._admit(collection, inp, estimator)
-            fixed = self._fixed_tokens(prompt, admitted, tools, estimator, inp.nonce)
+        # Plan progress and skill visibility are judged against what the model will actually see: the
+        # pass runs again while that changes (compaction rewrote the history or added the reader, the
+        # window dropped what compaction could not), at most _MAX_PASSES times in all.
+        passes, visible = 1, history
+        upcoming = list(compaction.messages)
+        changed = upcoming != history or len(tools) != len(inp.tools)
+        while True:
+            if changed:
+                visible = upcoming
+                stage = await self._pass(registry, inp, leading, visible, tools, estimator)
+                passes += 1
             window = AtomicHistoryWindowPolicy().apply(
-                window_history, limit_tokens=inp.limit - fixed, estimator=estimator, checkpoint=checkpoint_message
+                window_history,
+                limit_tokens=inp.limit - stage.fixed_tokens(tools, estimator, inp.nonce),
+                estimator=estimator,
+                checkpoint=checkpoint_message,
             )
-            recollected = True
+            upcoming = list(window.messages)
+            dropped = len(window.kept_indices) < len(window_history)
+            # Without run state, what the window drops changes no contribution: no pass needed.
+            changed = bool(inp.state) and dropped and upcoming != visible
+            if not changed or passes >= _MAX_PASSES:
+                break
+        recollected = passes > 1
+        state, collection, admitted, prompt = stage.state, stage.collection, stage.admitted, stage.prompt
+        composer = DefaultContextMessageComposer()
         composed = composer.compose(
             prompt.text,
             window.messages,
@@ -271,30 +273,40 @@ class ContextAssembler:
             registry, request, timeout=self._config.contributor_timeout_seconds, keep_raw=self._config.detailed_trace
         )
 
-    def _visible_state(self, state: Mapping[str, Any], visible: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
-        """The run state with plan progress and skill visibility judged against ``visible`` (once per
-        collection, so contributors need not each redo it)."""
-        return with_visibility(state, visible, self._config.state) if state else state
-
-    def _admit(
-        self, collection: Collection, inp: AssemblyInput, estimator: TokenEstimator
-    ) -> tuple[BudgetResult, RenderedPrompt]:
+    async def _pass(
+        self,
+        registry: ContextContributorRegistry,
+        inp: AssemblyInput,
+        leading: Sequence[Mapping[str, Any]],
+        visible: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]],
+        estimator: TokenEstimator,
+    ) -> _Pass:
+        """One pass over ``visible``: run state, collect, admit within the budgets, render the prompt."""
+        # Visibility is judged once per pass, so contributors need not each redo it.
+        state = with_visibility(inp.state, visible, self._config.state) if inp.state else inp.state
+        collection = await self._collect(registry, inp, [*leading, *visible], state, tools)
         prompt_budget = max(1, inp.limit * self._config.prompt_percent // 100)
         message_budget = max(1, inp.limit * self._config.message_percent // 100)
         admitted = apply_context_budget(collection, prompt_budget, message_budget, estimator, nonce=inp.nonce)
-        return admitted, DeterministicSystemPromptRenderer().render(admitted.sections)
+        return _Pass(state, collection, admitted, DeterministicSystemPromptRenderer().render(admitted.sections))
 
-    def _fixed_tokens(
-        self,
-        prompt: RenderedPrompt,
-        admitted: BudgetResult,
-        tools: Sequence[Mapping[str, Any]],
-        estimator: TokenEstimator,
-        nonce: str,
-    ) -> int:
+
+@dataclass(frozen=True)
+class _Pass:
+    """What one pass over a visible history gave: the run state, the collection, what was admitted."""
+
+    state: Mapping[str, Any]
+    collection: Collection
+    admitted: BudgetResult
+    prompt: RenderedPrompt
+
+    def fixed_tokens(self, tools: Sequence[Mapping[str, Any]], estimator: TokenEstimator, nonce: str) -> int:
         """What the call costs besides the history: system prompt, tool schemas, contributed messages."""
+        admitted = self.admitted
         hidden = DefaultContextMessageComposer().hidden_messages(admitted.messages, admitted.attachments, nonce=nonce)
-        prompt_cost = estimator.count_message({"role": "system", "content": prompt.text}) if prompt.text else 0
+        prompt = self.prompt.text
+        prompt_cost = estimator.count_message({"role": "system", "content": prompt}) if prompt else 0
         tool_cost = estimator.count_tools(tools) if tools else 0
         return prompt_cost + tool_cost + sum(estimator.count_message(m) for m in hidden)
 
