@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from proxy.config import Mode, ModelRoute
-from proxy.context.assembler import AssemblyRecord
+from proxy.context.pipeline import AssemblyRecord
 from proxy.identity import SessionIdentity
 from proxy.runtime.branch import BranchTurn
 from proxy.runtime.limits import ModelLimits

@@ -12,15 +12,15 @@ from typing import Any
 from contributors.capabilities import DeferredToolPolicy
 from contributors.skills import SkillLibrary
 from proxy.config import ConfigError, ModelRoute, Settings
-from proxy.context.assembler import AssemblerConfig, ContextAssembler
 from proxy.context.compactor import CompactionConfig, HistoryCompactor
 from proxy.context.estimators import CachingEstimator, ConservativeTokenEstimator
+from proxy.context.pipeline import ContextPipeline, PipelineConfig
 from proxy.context.pressure import PressureConfig
 from proxy.context.registry import ContextContributorRegistry, FactorySource, discover_factories
 from proxy.context.state import StateConfig
 from proxy.context.types import SCOPES
 from proxy.runtime.assembly import Assembler
-from proxy.runtime.dynamic import DynamicAssembler
+from proxy.runtime.dynamic import SessionAssembler
 from proxy.runtime.limits import ModelMapLookup
 from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.proxy_tools import ProxyToolbox, find_tools_tool, read_skill_tool, read_tool_output_tool
@@ -48,11 +48,11 @@ def build_runner(
             pressure=PressureConfig(settings.pressure_percent, settings.target_percent, settings.forced_percent)
         )
     )
-    pipeline = ContextAssembler(
+    pipeline = ContextPipeline(
         registries=lambda scope: registries[scope],
         estimator=CachingEstimator(ConservativeTokenEstimator()),
         compactor=compactor,
-        config=AssemblerConfig(
+        config=PipelineConfig(
             prompt_percent=settings.prompt_percent,
             message_percent=settings.message_percent,
             max_history_messages=settings.max_history_messages,
@@ -72,7 +72,7 @@ def build_runner(
         chosen = settings.route(settings.summary_model) if settings.summary_model else None
         return chosen or request_route
 
-    dynamic = DynamicAssembler(
+    dynamic = SessionAssembler(
         settings, store, pipeline, toolbox, backend, summary_route, deferred, state_config, framing_secret
     )
     traces = TraceWriter(settings.resolved_trace_dir) if settings.trace_enabled else None

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.context.assembler import AssemblyRecord, CompactionRecord
 from proxy.context.collector import Collection
+from proxy.context.pipeline import AssemblyRecord, CompactionRecord
 from proxy.runtime.assembly import Candidate, CandidateRecord, TurnRequest
 from proxy.runtime.redaction import redact_llm_input
 

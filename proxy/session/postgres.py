@@ -20,6 +20,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 
+from proxy.canonical import HistoryEntry
 from proxy.session import reconcile as rc
 from proxy.session.postgres_lock import AdvisoryTurnLocks
 from proxy.session.postgres_schema import check_schema_name, migrate
@@ -29,7 +30,6 @@ from proxy.session.store import (
     Reconciliation,
     SessionInfo,
     SkillRef,
-    StoredMessage,
     StoreError,
     UnknownSession,
 )
@@ -213,17 +213,17 @@ class PostgresSessionStore:
 
         return await self._write(work)
 
-    async def transcript(self, context_id: str, head_hash: str) -> list[StoredMessage]:
+    async def transcript(self, context_id: str, head_hash: str) -> list[HistoryEntry]:
         """The branch ending at ``head_hash``, oldest first, in one recursive query."""
 
-        async def work(conn: Any) -> list[StoredMessage]:
+        async def work(conn: Any) -> list[HistoryEntry]:
             rows = await conn.fetch(
                 _BRANCH_SQL + "SELECT position, chain_hash, message, tool_output_ref FROM branch ORDER BY position",
                 context_id,
                 head_hash,
             )
             return [
-                StoredMessage(row["position"], row["chain_hash"], rc.load_json(row["message"]), row["tool_output_ref"])
+                HistoryEntry(rc.load_json(row["message"]), row["chain_hash"], row["tool_output_ref"], row["position"])
                 for row in rows
             ]
 

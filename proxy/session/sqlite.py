@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from proxy.canonical import HistoryEntry
 from proxy.session import reconcile as rc
 from proxy.session.locks import SessionLocks
 from proxy.session.sqlite_files import ProcessLock, private_database, private_folder
@@ -31,7 +32,6 @@ from proxy.session.store import (
     Reconciliation,
     SessionInfo,
     SkillRef,
-    StoredMessage,
     StoreError,
     UnknownSession,
 )
@@ -223,7 +223,7 @@ class SqliteSessionStore:
             forked = rc.fork_without_lookup(previous_head, hashes, known)
             if forked is None:
                 forked = not _is_ancestor(conn, context_id, hashes[-1], previous_head, len(hashes) - 1)
-            new: list[StoredMessage] = []
+            new: list[HistoryEntry] = []
             for row in rc.message_rows(messages, hashes, known):
                 conn.execute(
                     "INSERT INTO messages (context_id, chain_hash, parent_hash, position, message, tool_output_ref)"
@@ -244,15 +244,15 @@ class SqliteSessionStore:
 
         return await self._w().write(work)
 
-    async def transcript(self, context_id: str, head_hash: str) -> list[StoredMessage]:
+    async def transcript(self, context_id: str, head_hash: str) -> list[HistoryEntry]:
         """The branch ending at ``head_hash``, oldest first, in one recursive query."""
 
-        def work(conn: sqlite3.Connection) -> list[StoredMessage]:
+        def work(conn: sqlite3.Connection) -> list[HistoryEntry]:
             rows = conn.execute(
                 _BRANCH_SQL + "SELECT position, chain_hash, message, tool_output_ref FROM branch ORDER BY position",
                 {"cid": context_id, "head": head_hash},
             ).fetchall()
-            return [StoredMessage(pos, chash, rc.load_json(msg), ref) for pos, chash, msg, ref in rows]
+            return [HistoryEntry(rc.load_json(msg), chash, ref, pos) for pos, chash, msg, ref in rows]
 
         return await self._r().run(work)
 

@@ -14,6 +14,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from proxy.canonical import HistoryEntry
+
 SECRET_BYTES = 32  # of every secret a store makes (``SessionStore.secret``)
 
 
@@ -41,23 +43,13 @@ class UnknownSession(StoreError):
 
 
 @dataclass(frozen=True)
-class StoredMessage:
-    """One transcript message at its position in a branch."""
-
-    position: int
-    chain_hash: str
-    message: dict[str, Any]
-    tool_output_ref: str | None = None  # set on tool messages whose body is stored
-
-
-@dataclass(frozen=True)
 class Reconciliation:
     """How a request's messages relate to what the store already knew."""
 
     context_id: str
     head_hash: str  # chain hash of the request's last message
     known_count: int  # leading request messages that were already stored
-    new_messages: list[StoredMessage]  # the rest, now stored, in order
+    new_messages: list[HistoryEntry]  # the rest, now stored, in order
     forked: bool  # the request left the branch the session last continued
     created: bool  # the session did not exist before this request
     chain_hashes: tuple[str, ...] = ()  # of every request message, in order (the last is head_hash)
@@ -116,7 +108,7 @@ class SessionStore(Protocol):
     async def reconcile(self, context_id: str, scope: str, messages: Sequence[Mapping[str, Any]]) -> Reconciliation:
         """Store the request's new suffix (one transaction) and its tool bodies; return where it continues."""
 
-    async def transcript(self, context_id: str, head_hash: str) -> list[StoredMessage]:
+    async def transcript(self, context_id: str, head_hash: str) -> list[HistoryEntry]:
         """The branch ending at ``head_hash``, oldest first (empty for an unknown head)."""
 
     async def tool_output(self, context_id: str, ref: str) -> str | None:

@@ -1,8 +1,8 @@
-"""The assembly pipeline: the one place that knows the order of the stages (SPEC.md).
+"""The context pipeline: the one place that knows the order of the stages (SPEC.md).
 
-canonical history -> message-count compaction -> collect_detailed -> apply_context_budget -> renderer
--> token pressure + HistoryCompactor -> re-collect if the visible history changed -> composer (with
-the atomic window) -> validator -> model input.
+canonical history -> message-count cap -> a pass (run state -> collect_detailed -> apply_context_budget
+-> renderer) -> token pressure + HistoryCompactor -> the atomic window, with the pass run again while
+the visible history changes (at most three passes) -> composer -> validator -> model input.
 
 Pure: the caller loads the session (history, checkpoints, state) and persists what comes back
 (a new checkpoint, the previewed references); the model is reached only through the ``Summarizer``
@@ -16,10 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.canonical import HistoryEntry
 from proxy.context.budget import BudgetResult, apply_context_budget
 from proxy.context.checkpoint import Checkpoint
 from proxy.context.collector import Collection, collect_detailed
-from proxy.context.compactor import CompactionTrace, HistoryCompactor, HistoryRecord, Summarizer
+from proxy.context.compactor import CompactionTrace, HistoryCompactor, Summarizer
 from proxy.context.composer import DefaultContextMessageComposer
 from proxy.context.estimators import TurnEstimator
 from proxy.context.message_count import apply_message_count_cap
@@ -36,7 +37,7 @@ _MAX_PASSES = 3  # the first, after compaction, after the window: each only when
 
 
 @dataclass(frozen=True)
-class AssemblerConfig:
+class PipelineConfig:
     """Budgets as percentages of the effective input limit, and the optional message-count cap."""
 
     prompt_percent: int = 25  # the system prompt's share
@@ -57,7 +58,7 @@ class AssemblyInput:
     context_id: str
     model: str
     turn: int
-    history: Sequence[HistoryRecord]  # the canonical history, oldest first
+    history: Sequence[HistoryEntry]  # the canonical history, oldest first
     tools: Sequence[Mapping[str, Any]]  # the tools the model will be offered
     limit: int  # the effective input limit in tokens
     nonce: str  # the session's framing nonce, on every hidden message and checkpoint (``nonce.py``)
@@ -126,7 +127,7 @@ class AssemblyOutput:
     record: AssemblyRecord
 
 
-class ContextAssembler:
+class ContextPipeline:
     """Runs the stages for one call. Holds no per-session state; the registry for a scope is frozen."""
 
     def __init__(
@@ -134,12 +135,12 @@ class ContextAssembler:
         registries: Callable[[Scope], ContextContributorRegistry],
         estimator: TokenEstimator,
         compactor: HistoryCompactor | None = None,
-        config: AssemblerConfig | None = None,
+        config: PipelineConfig | None = None,
     ) -> None:
         self._registries = registries
         self._estimator = estimator
         self._compactor = compactor or HistoryCompactor()
-        self._config = config or AssemblerConfig()
+        self._config = config or PipelineConfig()
 
     async def assemble(self, inp: AssemblyInput, summarizer: Summarizer | None = None) -> AssemblyOutput:
         """Assemble one call's input; raises ``AssemblyFailed`` when the minimum does not fit."""
