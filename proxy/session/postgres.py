@@ -28,7 +28,6 @@ from proxy.session.store import (
     SECRET_BYTES,
     BranchState,
     Reconciliation,
-    SessionInfo,
     SkillRef,
     StoreError,
     UnknownSession,
@@ -238,19 +237,6 @@ class PostgresSessionStore:
         )
         return None if body is None else str(body)
 
-    async def session(self, context_id: str) -> SessionInfo | None:
-        """The session's record, or ``None``."""
-        row = await self._read(
-            lambda conn: conn.fetchrow(
-                "SELECT scope, turns, head_hash, created_at, updated_at FROM sessions WHERE context_id = $1",
-                context_id,
-            )
-        )
-        if row is None:
-            return None
-        times = {"created_at": row["created_at"].isoformat(), "updated_at": row["updated_at"].isoformat()}
-        return SessionInfo(context_id, row["scope"], row["turns"], row["head_hash"], times)
-
     async def next_turn(self, context_id: str) -> int:
         """Increment and return the session's model-call counter."""
         turns = await self._write(
@@ -312,15 +298,6 @@ class PostgresSessionStore:
             )
 
         await self._write(work)
-
-    async def checkpoint(self, context_id: str, covers_hash: str) -> dict[str, Any] | None:
-        """The checkpoint covering up to ``covers_hash``, or ``None``."""
-        text = await self._read(
-            lambda conn: conn.fetchval(
-                "SELECT checkpoint FROM checkpoints WHERE context_id = $1 AND covers_hash = $2", context_id, covers_hash
-            )
-        )
-        return None if text is None else dict(rc.load_json(text))
 
     async def checkpoints(self, context_id: str) -> dict[str, dict[str, Any]]:
         """Every checkpoint of the session, by covered chain hash."""

@@ -30,7 +30,6 @@ from proxy.session.store import (
     SECRET_BYTES,
     BranchState,
     Reconciliation,
-    SessionInfo,
     SkillRef,
     StoreError,
     UnknownSession,
@@ -265,19 +264,6 @@ class SqliteSessionStore:
         )
         return None if row is None else str(row[0])
 
-    async def session(self, context_id: str) -> SessionInfo | None:
-        """The session's record, or ``None``."""
-        row = await self._r().run(
-            lambda conn: conn.execute(
-                "SELECT scope, turns, head_hash, created_at, updated_at FROM sessions WHERE context_id = ?",
-                (context_id,),
-            ).fetchone()
-        )
-        if row is None:
-            return None
-        scope, turns, head, created_at, updated_at = row
-        return SessionInfo(context_id, scope, turns, head, {"created_at": created_at, "updated_at": updated_at})
-
     async def next_turn(self, context_id: str) -> int:
         """Increment and return the session's model-call counter."""
 
@@ -333,15 +319,6 @@ class SqliteSessionStore:
             )
 
         await self._w().write(work)
-
-    async def checkpoint(self, context_id: str, covers_hash: str) -> dict[str, Any] | None:
-        """The checkpoint covering up to ``covers_hash``, or ``None``."""
-        row = await self._r().run(
-            lambda conn: conn.execute(
-                "SELECT checkpoint FROM checkpoints WHERE context_id = ? AND covers_hash = ?", (context_id, covers_hash)
-            ).fetchone()
-        )
-        return None if row is None else dict(rc.load_json(row[0]))
 
     async def checkpoints(self, context_id: str) -> dict[str, dict[str, Any]]:
         """Every checkpoint of the session, by covered chain hash."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from proxy.canonical import HistoryEntry
@@ -72,17 +72,6 @@ class SkillRef:
     chain_hash: str  # the tool-result message that carried the body
 
 
-@dataclass(frozen=True)
-class SessionInfo:
-    """What the store keeps about a session besides its transcript."""
-
-    context_id: str
-    scope: str
-    turns: int
-    head_hash: str
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-
 def tool_output_ref(chain_hash: str) -> str:
     """The ``read_tool_output`` reference of the tool message stored under ``chain_hash``."""
     return f"to_{chain_hash[:16]}"
@@ -114,9 +103,6 @@ class SessionStore(Protocol):
     async def tool_output(self, context_id: str, ref: str) -> str | None:
         """A stored tool body by reference; ``None`` when the reference is not this session's."""
 
-    async def session(self, context_id: str) -> SessionInfo | None:
-        """The session's record, or ``None`` if it was never seen."""
-
     async def next_turn(self, context_id: str) -> int:
         """Increment and return the session's model-call counter (1 for the first call)."""
 
@@ -130,9 +116,6 @@ class SessionStore(Protocol):
 
     async def put_checkpoint(self, context_id: str, covers_hash: str, checkpoint: Mapping[str, Any]) -> None:
         """Store a resident checkpoint keyed by the chain hash of the last message it covers."""
-
-    async def checkpoint(self, context_id: str, covers_hash: str) -> dict[str, Any] | None:
-        """The checkpoint covering up to ``covers_hash``, if one was stored."""
 
     async def checkpoints(self, context_id: str) -> dict[str, dict[str, Any]]:
         """Every checkpoint of the session, by the chain hash it covers."""
