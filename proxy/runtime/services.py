@@ -90,7 +90,7 @@ def check_settings(settings: Settings) -> None:
         try:
             open_store(settings.store_url, settings.data_dir, settings.session_lock_seconds)
         except ValueError as exc:
-            raise ConfigError(f"CONTEXT_PROXY_STORE_URL: {exc}") from None
+            raise ConfigError(f"CONTEXT_PROXY_STORE_URL={exc}") from None
     else:
         # The store takes the lock when it opens; checking here says why in one line instead of in
         # the traceback of a failed start-up.

@@ -98,8 +98,11 @@ class PostgresSessionStore:
     def from_url(cls, url: str, lock_timeout_seconds: float) -> PostgresSessionStore:
         """A store for a ``postgresql://`` URL, honouring its ``schema``, ``pool_size`` and ``lock_connections``.
 
-        Raises ``ValueError`` naming the parameter when one of them is repeated or invalid.
+        Raises ``ValueError`` naming the parameter when one of them is repeated or invalid, or when the
+        URL is not a PostgreSQL one. The one check of the store URL: ``check_settings`` runs it at start-up.
         """
+        if not url.startswith(("postgresql://", "postgres://")):
+            raise ValueError(f"{url!r} is not a postgresql:// URL (unset means SQLite)")
         dsn, options = split_url_options(url)
         schema = options.get("schema", DEFAULT_SCHEMA)
         pool_size = _positive_option(options, "pool_size", DEFAULT_POOL_SIZE)
