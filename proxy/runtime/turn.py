@@ -6,8 +6,8 @@ history never interleave their store updates, while runs that only open alike pr
 
 An answer is one of three kinds (``Answer``): a whole completion, a stream read to its end before it
 is relayed (proxy tools were offered: it may be a proxy call), or a live stream relayed as it comes.
-``TurnRunner.run`` releases the lock when the turn returns, except what a live stream took over: that
-stream owns the lock and releases it when it ends, fails or is closed.
+``TurnRunner.run`` releases the lock when the turn returns, unless the answer took it over
+(``outlive``): a live stream owns the lock and releases it when it ends, fails or is closed.
 """
 
 from __future__ import annotations
@@ -50,6 +50,9 @@ class Completion:
         """The assistant message of the first choice."""
         return dict(self.response["choices"][0]["message"])
 
+    def outlive(self, lock: TurnLock) -> None:
+        """Nothing to hold: the answer is complete when the turn returns."""
+
 
 class BufferedStream(AsyncIterator[dict[str, Any]]):
     """A stream read to its end before it is relayed; replayed chunk by chunk to the client."""
@@ -62,6 +65,9 @@ class BufferedStream(AsyncIterator[dict[str, Any]]):
     def message(self) -> dict[str, Any]:
         """The assistant message the chunks add up to."""
         return accumulate(self.chunks)
+
+    def outlive(self, lock: TurnLock) -> None:
+        """Nothing to hold: the provider's stream was read to its end before the turn returned."""
 
     async def __anext__(self) -> dict[str, Any]:
         if self._next >= len(self.chunks):
@@ -79,7 +85,7 @@ class LiveStream(AsyncIterator[dict[str, Any]]):
         self._chunks = chunks
         self._release: Release | None = None
 
-    def take_lock(self, lock: TurnLock) -> None:
+    def outlive(self, lock: TurnLock) -> None:
         """Own ``lock`` from now on: the turn returns while this stream is still being read."""
         self._release = lock.hand_over()
 
@@ -237,8 +243,7 @@ class TurnRunner:
                 body, identity, route, headers or {}, mode or self.settings.mode, ingress
             )
             answer = await self._answer(request)
-            if isinstance(answer, LiveStream):
-                answer.take_lock(lock)
+            answer.outlive(lock)  # what the answer still needs once the turn returns (a live stream: the lock)
             return TurnResult(identity, request.mode, answer)
 
     async def _first_request(
