@@ -1,4 +1,5 @@
-"""Part 4: the conservative estimator against tiktoken on research text, JSON and code.
+"""Part 4: the conservative estimator against tiktoken on research text, JSON and code; and the
+calibrated estimator against simulated providers that count 1.3x and 0.8x tiktoken.
 
 Cases: every paragraph and the whole of each corpus document (``bench/corpus/``: a Chinese and an
 English design text), generated JSON records mixing Chinese and English, and stdlib Python modules
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import random
 import time
 from collections.abc import Callable
@@ -130,4 +132,57 @@ def run_estimator(quick: bool = False) -> dict[str, Any]:
         "kinds": kinds,
         "throughput_mb_s": speed,
         "never_under": all(kinds[k][n]["under"] == 0 for k in kinds for n in ENCODINGS),
+        "calibrated": run_calibrated(cases, quick),
     }
+
+
+SCALES = (1.3, 0.8)
+
+
+def run_calibrated(cases: dict[str, list[str]], quick: bool) -> dict[str, Any]:
+    """Per corpus and provider scale: requests of 1-6 corpus cases as tool results, counted by a simulated
+    provider (the scripted provider's ``tiktoken_prompt_tokens``); each is estimated with the route's
+    calibration as it stands, then teaches it. Ratios are estimate / provider count, over the requests
+    after the first ``MIN_SAMPLES`` that are big enough to teach (smaller ones never approach a window)."""
+    from proxy.context.calibration import MIN_SAMPLE_TOKENS, MIN_SAMPLES, Calibration
+    from proxy.context.estimators import CachingEstimator, TiktokenEstimator
+    from proxy.demo.scripted_provider import tiktoken_prompt_tokens
+    from proxy.runtime.calibration import local_count
+
+    prepare_offline_environment()
+    base = CachingEstimator(TiktokenEstimator("o200k_base"))
+    requests = 60 if quick else 600
+    out: dict[str, Any] = {}
+    for kind, texts in cases.items():
+        rng = random.Random(7)
+        for scale in SCALES:
+            calibration, ratios = Calibration(), []
+            for index in range(requests):
+                picked = rng.sample(texts, k=min(len(texts), rng.randint(1, 6)))
+                messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a research agent."}]
+                for number, text in enumerate(picked):
+                    call = {
+                        "id": f"c{index}_{number}",
+                        "type": "function",
+                        "function": {"name": "read", "arguments": "{}"},
+                    }
+                    messages += [
+                        {"role": "assistant", "content": None, "tool_calls": [call]},
+                        {"role": "tool", "tool_call_id": call["id"], "content": text},
+                    ]
+                llm_input = {"messages": messages}
+                local = local_count(base, llm_input)
+                provider = tiktoken_prompt_tokens(llm_input, scale)
+                estimate = math.ceil(local * calibration.correction(1.25).factor)
+                if len(calibration.samples) >= MIN_SAMPLES and local >= MIN_SAMPLE_TOKENS:
+                    ratios.append(estimate / provider)
+                calibration = calibration.observe(local, provider)
+            under = [r for r in ratios if r < 1]
+            out[f"{kind}@{scale}"] = {
+                "requests": len(ratios),
+                "mean_ratio": round(sum(ratios) / len(ratios), 4) if ratios else None,
+                "worst_over_ratio": round(max(ratios), 4) if ratios else None,
+                "worst_under_ratio": round(min(ratios), 4) if ratios else None,
+                "under_share": round(len(under) / len(ratios), 4) if ratios else None,
+            }
+    return out

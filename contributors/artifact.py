@@ -6,16 +6,16 @@ Options: ``tools``: list of tool names replacing the defaults.
 
 from __future__ import annotations
 
-from contributors.base import Factory
-from contributors.projection import RecordProjection
-from proxy.context.state import ARTIFACT
+from contributors.projection import ProjectionFactory, RecordProjection
 
 
 class Artifact(RecordProjection):
     """The ``artifact.state`` hidden message."""
 
     id = "artifact"
-    channel = ARTIFACT
+    channel = "artifact"
+    default_tools = ("write_artifact", "save_artifact")
+    priority = 60
 
 
-factory = Factory(Artifact)
+factory = ProjectionFactory(Artifact)

@@ -10,22 +10,35 @@ called them); from the next model call on they are offered, and their calls go t
 The offer is always a subset of the client's tools plus the proxy's own: the proxy never offers a tool
 that neither can run.
 
-Options (``contributors: {capabilities: {...}}``):
-    deferred: list of fnmatch patterns on tool names, e.g. ``["mcp__*"]``.
+This package owns ``find_tools``: the tool (:class:`FindTools`, which also keeps the unpromoted deferred
+tools out of the offer), its JSON result and the ``tools`` run-state channel that reads that result back
+(``promoted``: names a ``find_tools`` result promoted; ``called``: every tool name the model called).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Any, ClassVar
+from typing import Any
 
-from contributors.base import BuiltinContributor, Factory, names_option
-from proxy.context.state import TOOLS
-from proxy.context.types import ContributionRequest, ContributorOutput, Section
+from pydantic import Field
+
+from contributors.base import BuiltinContributor, ContributorOptions, Factory, options_for
+from proxy.context.types import (
+    ContributionRequest,
+    ContributorOutput,
+    DeclaredCall,
+    ProxyTool,
+    Section,
+    StateChannel,
+    ToolContext,
+    tool_name,
+)
 
 SLOT = 30
+TOOLS = "tools"  # the run-state channel
 FIND_TOOLS = "find_tools"
 MAX_MATCHES = 5
 FIND_TOOLS_SCHEMA: Mapping[str, Any] = {
@@ -46,11 +59,13 @@ FIND_TOOLS_SCHEMA: Mapping[str, Any] = {
 }
 
 
-def tool_name(tool: Mapping[str, Any]) -> str:
-    """A tool's function name (``""`` when it has none)."""
-    function = tool.get("function")
-    name = function.get("name") if isinstance(function, Mapping) else tool.get("name")
-    return name if isinstance(name, str) else ""
+class CapabilitiesOptions(ContributorOptions):
+    """``contributors: {capabilities: {...}}``."""
+
+    deferred: list[str] = Field(
+        default_factory=list,
+        description="fnmatch patterns on tool names (e.g. mcp__*): matching client tools wait for find_tools",
+    )
 
 
 def _description(tool: Mapping[str, Any]) -> str:
@@ -119,6 +134,64 @@ class DeferredToolPolicy:
         return json.dumps(body, ensure_ascii=False), newly
 
 
+def promoted_in(text: str) -> list[str]:
+    """The tool names a ``find_tools`` result promoted (its JSON ``promoted`` list; see ``run_find_tools``)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return []
+    names = data.get("promoted") if isinstance(data, dict) else None
+    return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+
+
+class ToolsChannel:
+    """The ``tools`` channel: ``promoted`` by ``find_tools`` results and ``called`` by the model, sorted."""
+
+    name = TOOLS
+
+    def initial(self) -> Any:
+        """Nothing promoted or called yet."""
+        return {"promoted": [], "called": []}
+
+    def observe(self, value: Any, call: DeclaredCall, result: str | None, diagnose: Callable[[str], None]) -> Any:
+        """Every call counts as called; a successful ``find_tools`` result adds what it promoted."""
+        promoted, called = value["promoted"], value["called"]
+        if call.name and call.name not in called:
+            called = sorted([*called, call.name])
+        if result is not None and call.name == FIND_TOOLS:
+            promoted = sorted(set(promoted) | set(promoted_in(result)))
+        return {"promoted": promoted, "called": called}
+
+    def judge(self, value: Any, visible: Sequence[Mapping[str, Any]]) -> Any:
+        """Promotion does not depend on what is visible."""
+        return value
+
+
+@dataclass(frozen=True)
+class FindTools:
+    """The proxy-owned ``find_tools``: a search over the deferred client tools; what it finds is offered
+    from the next call. It also withholds the deferred tools not yet promoted."""
+
+    policy: DeferredToolPolicy
+    name: str = FIND_TOOLS
+    schema: Mapping[str, Any] = field(default_factory=lambda: FIND_TOOLS_SCHEMA)
+    needs_references: bool = False
+
+    def offered(self, context: ToolContext) -> bool:
+        """Offered while a deferred client tool waits for promotion."""
+        return bool(self.policy.hidden_tools(context.client_tools, promoted_names(context.state)))
+
+    async def run(self, context: ToolContext, arguments: str) -> str:
+        """The JSON result of the search (or an ``Error:`` text)."""
+        text, _ = self.policy.run_find_tools(arguments, context.client_tools, promoted_names(context.state))
+        return text
+
+    def withheld(self, context: ToolContext) -> frozenset[str]:
+        """The deferred client tools not yet promoted."""
+        hidden = self.policy.hidden_tools(context.client_tools, promoted_names(context.state))
+        return frozenset(tool_name(tool) for tool in hidden)
+
+
 def _query(arguments: str | Mapping[str, Any]) -> str | None:
     if isinstance(arguments, str):
         try:
@@ -133,16 +206,11 @@ class Capabilities(BuiltinContributor):
     """The capabilities section: offered tool names, promoted deferred tools, how to load more."""
 
     id = "capabilities"
-    option_keys: ClassVar[frozenset[str]] = frozenset({"deferred"})
-
-    @classmethod
-    def check_options(cls, raw: Mapping[str, Any]) -> None:
-        """``deferred`` must be a list of patterns."""
-        names_option(raw, cls.id, "deferred")
+    Options = CapabilitiesOptions
 
     async def contribute(self, request: ContributionRequest) -> ContributorOutput:
         """One section; none when no tools are offered."""
-        policy = DeferredToolPolicy(names_option(self.options(request), self.id, "deferred") or ())
+        policy = DeferredToolPolicy(options_for(request, CapabilitiesOptions).deferred)
         names = sorted({tool_name(t) for t in request.tools} - {""})
         if not names:
             return ContributorOutput()
@@ -162,4 +230,18 @@ class Capabilities(BuiltinContributor):
         return ContributorOutput(sections=(section,))
 
 
-factory = Factory(Capabilities)
+@dataclass(frozen=True)
+class CapabilitiesFactory(Factory):
+    """The capabilities factory: it also offers ``find_tools`` and declares the ``tools`` channel."""
+
+    def tools(self, options: Any) -> Sequence[ProxyTool]:
+        """``find_tools`` over the configured deferred patterns (offered only while one waits)."""
+        deferred = options.deferred if isinstance(options, CapabilitiesOptions) else ()
+        return (FindTools(DeferredToolPolicy(deferred)),)
+
+    def channels(self, options: Any) -> Sequence[StateChannel]:
+        """The ``tools`` channel."""
+        return (ToolsChannel(),)
+
+
+factory = CapabilitiesFactory(Capabilities)

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from contributors.base import Factory
-from contributors.projection import RecordProjection
-from proxy.context.state import DELEGATION
+from contributors.projection import ProjectionFactory, RecordProjection
 from proxy.context.types import Scope
 
 
@@ -18,8 +16,10 @@ class Delegation(RecordProjection):
     """The ``delegation.state`` hidden message."""
 
     id = "delegation"
-    channel = DELEGATION
+    channel = "delegation"
+    default_tools = ("delegate", "spawn_subagent", "task")
+    priority = 60
     scopes: ClassVar[frozenset[Scope]] = frozenset({"main"})
 
 
-factory = Factory(Delegation)
+factory = ProjectionFactory(Delegation)

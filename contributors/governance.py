@@ -10,10 +10,9 @@ Options (``contributors: {governance: {...}}``):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from pydantic import Field
 
-from contributors.base import BuiltinContributor, Factory, text_option
+from contributors.base import BuiltinContributor, ContributorOptions, Factory, options_for
 from proxy.context.types import ContributionRequest, ContributorOutput, Section
 
 SLOT = 10
@@ -24,21 +23,22 @@ AUTHORITY_RULE = (
 )
 
 
+class GovernanceOptions(ContributorOptions):
+    """``contributors: {governance: {...}}``."""
+
+    policy: str = Field("", description="the operator's policy, placed after the fixed authority rule")
+
+
 class Governance(BuiltinContributor):
     """The protected governance section."""
 
     id = "governance"
     protected = True
-    option_keys = frozenset({"policy"})
-
-    @classmethod
-    def check_options(cls, raw: Mapping[str, Any]) -> None:
-        """``policy`` must be a string."""
-        text_option(raw, cls.id, "policy")
+    Options = GovernanceOptions
 
     async def contribute(self, request: ContributionRequest) -> ContributorOutput:
         """The authority rule, then the operator's policy."""
-        policy = text_option(self.options(request), self.id, "policy").strip()
+        policy = options_for(request, GovernanceOptions).policy.strip()
         text = AUTHORITY_RULE + (f"\n\n{policy}" if policy else "")
         section = Section("governance", text, slot=SLOT, protected=True, title="Governance")
         return ContributorOutput(sections=(section,))

@@ -10,10 +10,9 @@ Options (``contributors: {identity: {...}}``):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from pydantic import Field
 
-from contributors.base import BuiltinContributor, Factory, text_option
+from contributors.base import BuiltinContributor, ContributorOptions, Factory, options_for
 from proxy.canonical import content_text
 from proxy.context.types import ContributionRequest, ContributorOutput, Section
 
@@ -21,21 +20,24 @@ IDENTITY_ROLES = ("system", "developer")
 SLOT = 0
 
 
+class IdentityOptions(ContributorOptions):
+    """``contributors: {identity: {...}}``."""
+
+    text: str = Field("", description="operator identity text, placed before the client's system/developer messages")
+
+
 class Identity(BuiltinContributor):
     """The protected identity section."""
 
     id = "identity"
     protected = True
-    option_keys = frozenset({"text"})
-
-    @classmethod
-    def check_options(cls, raw: Mapping[str, Any]) -> None:
-        """``text`` must be a string."""
-        text_option(raw, cls.id, "text")
+    # It renders the client's system/developer messages, so the assembler keeps them out of the history.
+    owns_client_instructions = True
+    Options = IdentityOptions
 
     async def contribute(self, request: ContributionRequest) -> ContributorOutput:
         """One section: operator text, then the client's system/developer messages verbatim."""
-        parts = [text_option(self.options(request), self.id, "text")]
+        parts = [options_for(request, IdentityOptions).text]
         parts += [content_text(m.get("content")) for m in request.history if m.get("role") in IDENTITY_ROLES]
         parts = [p for p in parts if p.strip()]
         if not parts:

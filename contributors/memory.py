@@ -15,13 +15,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from contributors.base import Factory, int_option, names_option
-from contributors.projection import StateProjection, run_state
+from pydantic import Field
+
+from contributors.base import options_for
+from contributors.projection import ProjectionFactory, RecordOptions, RecordProjection
 from proxy.canonical import stable_json
-from proxy.context.state import MEMORY
 from proxy.context.types import Attachment, ContextMessage, ContributionRequest, ContributorOutput, Scope
 
 DEFAULT_MAX_CHARS = 4000
+
+
+class MemoryOptions(RecordOptions):
+    """``contributors: {memory: {...}}``."""
+
+    max_chars: int = Field(
+        DEFAULT_MAX_CHARS, gt=0, description="the bound of the memory.snapshot attachment (newest entries kept)"
+    )
 
 
 def snapshot(value: Any, max_chars: int) -> str:
@@ -40,24 +49,20 @@ def snapshot(value: Any, max_chars: int) -> str:
     return "\n".join(reversed(kept))
 
 
-class Memory(StateProjection):
+class Memory(RecordProjection):
     """The ``memory.state`` hidden message and the ``memory.snapshot`` attachment."""
 
     id = "memory"
-    channel = MEMORY
+    channel = "memory"
+    default_tools = ("remember", "memory_write")
+    priority = 40
     scopes: ClassVar[frozenset[Scope]] = frozenset({"main", "subagent"})
-    option_keys: ClassVar[frozenset[str]] = frozenset({"tools", "max_chars"})
-
-    @classmethod
-    def check_options(cls, raw: Mapping[str, Any]) -> None:
-        """``tools``: list of names; ``max_chars``: positive int."""
-        names_option(raw, cls.id, "tools")
-        int_option(raw, cls.id, "max_chars", DEFAULT_MAX_CHARS)
+    Options = MemoryOptions
 
     async def contribute(self, request: ContributionRequest) -> ContributorOutput:
         """Nothing when nothing was remembered; else the summary message and the bounded snapshot."""
-        max_chars = int_option(self.options(request), self.id, "max_chars", DEFAULT_MAX_CHARS)
-        value = run_state(request, self.channel).get(self.channel)
+        max_chars = options_for(request, MemoryOptions).max_chars
+        value = self.value(request)
         text = self.render(value, request)
         if not text:
             return ContributorOutput()
@@ -79,4 +84,4 @@ class Memory(StateProjection):
         )
 
 
-factory = Factory(Memory)
+factory = ProjectionFactory(Memory)

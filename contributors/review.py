@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from contributors.base import Factory
-from contributors.projection import RecordProjection
-from proxy.context.state import REVIEW
+from contributors.projection import ProjectionFactory, RecordProjection
 from proxy.context.types import Scope
 
 
@@ -18,8 +16,10 @@ class Review(RecordProjection):
     """The ``review.state`` hidden message."""
 
     id = "review"
-    channel = REVIEW
+    channel = "review"
+    default_tools = ("submit_review", "request_review")
+    priority = 40
     scopes: ClassVar[frozenset[Scope]] = frozenset({"main", "reviewer"})
 
 
-factory = Factory(Review)
+factory = ProjectionFactory(Review)

@@ -12,10 +12,11 @@ Options (``contributors: {run_contract: {...}}``):
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any
 
-from contributors.base import BuiltinContributor, Factory, text_option
+from pydantic import Field
+
+from contributors.base import BuiltinContributor, ContributorOptions, Factory, options_for
 from proxy.context.types import ContributionRequest, ContributorOutput, Section
 
 SLOT = 20
@@ -42,21 +43,22 @@ def find_contract(request: ContributionRequest, profile: str) -> tuple[str, str]
     return None
 
 
+class RunContractOptions(ContributorOptions):
+    """``contributors: {run_contract: {...}}``."""
+
+    profile: str = Field("", description="the default contract text when the client sends none")
+
+
 class RunContract(BuiltinContributor):
     """The protected run-contract section."""
 
     id = "run_contract"
     protected = True
-    option_keys = frozenset({"profile"})
-
-    @classmethod
-    def check_options(cls, raw: Mapping[str, Any]) -> None:
-        """``profile`` must be a string."""
-        text_option(raw, cls.id, "profile")
+    Options = RunContractOptions
 
     async def contribute(self, request: ContributionRequest) -> ContributorOutput:
         """The contract section, naming where the contract came from."""
-        found = find_contract(request, text_option(self.options(request), self.id, "profile"))
+        found = find_contract(request, options_for(request, RunContractOptions).profile)
         if found is None:
             return ContributorOutput()
         source, text = found

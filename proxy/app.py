@@ -34,6 +34,8 @@ from proxy.identity import identify
 from proxy.ingress import messages as anthropic
 from proxy.ingress.messages_errors import error_response as anthropic_error
 from proxy.ingress.responses_api import ResponsesIngress
+from proxy.replay.recorder import Recorder, RecordingMiddleware
+from proxy.report.inspector import Inspector
 from proxy.request_body import decode_body
 from proxy.runtime.assembly import Assembler
 from proxy.runtime.provider import ProviderBackend
@@ -72,6 +74,8 @@ def create_app(
     services = Services(store=store, backend=backend, assembler=assembler)
     drain = Drain(settings.shutdown_grace_seconds)
     parsing = ThreadPoolExecutor(max_workers=_PARSE_WORKERS, thread_name_prefix="request-parse")
+    # Record and replay (proxy/replay/): off unless a record folder is set, then nothing is wrapped.
+    recorder = Recorder(settings.record_dir) if settings.record_dir is not None else None
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -83,11 +87,15 @@ def create_app(
             from proxy.runtime.provider import LiteLLMBackend
 
             services.backend = LiteLLMBackend(timeout_seconds=settings.provider_timeout_seconds)
+        if recorder is not None:
+            services.backend = recorder.wrap(services.backend)
         model_map = getattr(services.backend, "model_map_limits", _unknown_model)
         framing_secret = settings.framing_secret or await services.store.secret(SECRET_NAME)
         services.runner = build_runner(
             settings, services.store, services.backend, model_map, framing_secret, services.assembler
         )
+        if recorder is not None:
+            recorder.framing_nonce = services.runner.framing_nonce
         try:
             yield
         finally:
@@ -197,8 +205,12 @@ def create_app(
         Route("/health/liveliness", liveliness, methods=["GET"]),
         Route("/health/readiness", _answering(readiness), methods=["GET"]),
     ]
+    inspector = Inspector(settings.resolved_trace_dir, settings.master_key, settings.trace_enabled)
+    routes += inspector.routes(wrap=_answering)
     handlers = {ProxyError: _proxy_error, HTTPException: _http_error, Exception: _unexpected_error}
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
+    if recorder is not None:
+        app.add_middleware(RecordingMiddleware, recorder=recorder)
     app.state.drain = drain  # the server starts it on shutdown (proxy.drain.DrainingServer)
     return app
 

@@ -1,8 +1,9 @@
-"""``context-proxy serve | demo | examples`` (also ``python -m proxy``)."""
+"""``context-proxy serve | replay | report | demo | examples`` (also ``python -m proxy``)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 from pathlib import Path
@@ -26,20 +27,39 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="serve a non-loopback address without CONTEXT_PROXY_MASTER_KEY (something in front authenticates)",
     )
+    serve.add_argument(
+        "--record", type=Path, help="record sessions (requests, provider exchanges) here; or CONTEXT_PROXY_RECORD_DIR"
+    )
+    replay = commands.add_parser("replay", help="replay recorded sessions through this build and configuration")
+    replay.add_argument("folders", type=Path, nargs="+", help="record folders (one per replica)")
+    replay.add_argument("--config", type=Path, help="the configuration to replay with (YAML with a model_list)")
+    replay.add_argument("--out", type=Path, help="write the HTML verdict page here")
+    replay.add_argument("--max-changed", type=int, help="exit non-zero when more than this many turns changed")
     demo = commands.add_parser("demo", help="run a scripted agent session through the real proxy, offline")
     demo.add_argument("--data-dir", type=Path, help="keep the store and traces here (default: a temporary folder)")
     examples = commands.add_parser("examples", help="write three reproducible context examples, offline")
     examples.add_argument(
         "--out", type=Path, help="default: SCIENCE_AGENT_CONTEXT_EXAMPLE_DIR, else .tmp/context-examples"
     )
+    report = commands.add_parser("report", help="write a self-contained HTML report of a trace folder")
+    report.add_argument("--traces", type=Path, required=True, help="the trace folder (SCIENCE_AGENT_CONTEXT_TRACE_DIR)")
+    report.add_argument("--out", type=Path, required=True, help="the HTML file to write")
     args = parser.parse_args(argv)
+    if args.command == "report":
+        return _report(args.traces, args.out)
     prepare_offline_environment()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         if args.command == "serve":
             settings = Settings.from_env(config_path=args.config)
+            if args.record is not None:
+                settings = dataclasses.replace(settings, record_dir=args.record)
             check_exposure(settings, args.host, args.allow_unauthenticated)
             return _serve(settings, args.host, args.port)
+        if args.command == "replay":
+            from proxy.replay.command import run_replay
+
+            return run_replay(args.folders, Settings.from_env(config_path=args.config), args.out, args.max_changed)
         if args.command == "examples":
             from proxy.demo.examples import DEFAULT_DIR, run_examples
 
@@ -50,6 +70,22 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, StoreError) as exc:
         print(f"context-proxy: {exc}", file=sys.stderr)
         return 2
+
+
+def _report(traces: Path, out: Path) -> int:
+    from proxy.report.build import write_report
+
+    try:
+        result = write_report(traces, out)
+    except OSError as exc:
+        print(f"context-proxy report: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"wrote {result.path}: {result.sessions} sessions, {result.files} model calls, "
+        f"{result.bytes / 1_000_000:.1f} MB in {result.seconds:.1f} s",
+        file=sys.stderr,
+    )
+    return 0
 
 
 def _serve(settings: Settings, host: str, port: int) -> int:

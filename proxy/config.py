@@ -19,6 +19,8 @@ from proxy.client_params import steering_reason
 
 Mode = Literal["dynamic", "shadow", "legacy"]
 MODES: tuple[Mode, ...] = ("dynamic", "shadow", "legacy")
+EstimatorName = Literal["calibrated", "tiktoken", "conservative"]
+ESTIMATORS: tuple[EstimatorName, ...] = ("calibrated", "tiktoken", "conservative")
 _ENV_SECRET_PREFIX = "os.environ/"
 
 
@@ -123,6 +125,12 @@ class Settings:
     # Pins the secret the framing nonces derive from (tests, cassettes, examples: byte-identical provider
     # input); unset, the store's own secret is used, made once and shared by every replica.
     framing_secret: bytes | None = None
+    # How tokens are counted: tiktoken corrected by the providers' reported usage, tiktoken alone, or the
+    # tokenizer-free upper estimate; before a route has samples, calibrated counts are tiktoken times
+    # ``estimator_start_percent`` / 100.
+    estimator: EstimatorName = "calibrated"
+    estimator_start_percent: int = 125
+    record_dir: Path | None = None  # record and replay: where client requests and provider exchanges go
     prompt_percent: int = 25  # the system prompt's share of the effective limit
     message_percent: int = 10  # contributor messages' and attachments' share
 
@@ -156,7 +164,21 @@ class Settings:
                 "need SCIENCE_AGENT_CONTEXT_FORCED_PERCENT < SCIENCE_AGENT_CONTEXT_TARGET_PERCENT < "
                 f"SCIENCE_AGENT_CONTEXT_PRESSURE_PERCENT, got {forced} / {target} / {pressure}"
             )
+        estimator = env.get("SCIENCE_AGENT_CONTEXT_ESTIMATOR", "").strip() or "calibrated"
+        if estimator not in ESTIMATORS:
+            raise ConfigError(f"SCIENCE_AGENT_CONTEXT_ESTIMATOR={estimator!r} is not one of {', '.join(ESTIMATORS)}")
+        start_percent = _positive(env, "SCIENCE_AGENT_CONTEXT_ESTIMATOR_START_PERCENT") or cls.estimator_start_percent
+        if not 100 <= start_percent <= 400:
+            raise ConfigError(
+                f"SCIENCE_AGENT_CONTEXT_ESTIMATOR_START_PERCENT={start_percent} must be between 100 and 400"
+            )
         config = _load_config(config_path) if config_path is not None else ConfigFile()
+        model_max, reserve = _positive(env, "MODEL_MAX_TOKENS"), _positive(env, "OUTPUT_RESERVE_TOKENS")
+        if model_max is not None and reserve is not None and reserve >= model_max:
+            raise ConfigError(
+                f"OUTPUT_RESERVE_TOKENS={reserve} is not below MODEL_MAX_TOKENS={model_max}: "
+                "nothing would be left for the input"
+            )
         models = _routes(config, config_path or Path("-"), env)
         allow = env.get("CONTEXT_PROXY_CONTRIBUTORS", "").strip()
         summary_model = env.get("SCIENCE_AGENT_SUMMARY_MODEL", "").strip() or None
@@ -164,6 +186,8 @@ class Settings:
             raise ConfigError(f"SCIENCE_AGENT_SUMMARY_MODEL={summary_model!r} is not a model_name of the config file")
         return cls(
             mode=mode,  # checked against MODES above
+            estimator=estimator,  # checked against ESTIMATORS above
+            estimator_start_percent=start_percent,
             data_dir=Path(env.get("SCIENCE_AGENT_DATA_DIR", "") or ".context-proxy"),
             store_url=store_url,
             master_key=env.get("CONTEXT_PROXY_MASTER_KEY") or None,
@@ -181,6 +205,7 @@ class Settings:
             trace_dir=Path(env["SCIENCE_AGENT_CONTEXT_TRACE_DIR"])
             if env.get("SCIENCE_AGENT_CONTEXT_TRACE_DIR")
             else None,
+            record_dir=Path(env["CONTEXT_PROXY_RECORD_DIR"]) if env.get("CONTEXT_PROXY_RECORD_DIR") else None,
             example_dir=(
                 Path(env["SCIENCE_AGENT_CONTEXT_EXAMPLE_DIR"]) if env.get("SCIENCE_AGENT_CONTEXT_EXAMPLE_DIR") else None
             ),

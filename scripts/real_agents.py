@@ -7,6 +7,7 @@ script installs them into a cache folder on first use and is run by hand, stdlib
     python3 scripts/real_agents.py                                  # both agents -> http://127.0.0.1:4000
     python3 scripts/real_agents.py --agent codex --base-url http://127.0.0.1:4000
     python3 scripts/real_agents.py --capture --isolate --out tests/data/agents
+    .venv/bin/python scripts/real_agents.py --scripted-proxy --isolate  # through the real proxy, offline
 
 Each agent gets a short task that needs one shell tool call and a final answer, with every telemetry,
 update and error-reporting channel switched off, in a temporary home so the user's own configuration
@@ -14,15 +15,21 @@ never leaks in. ``--capture`` starts a scripted server on loopback instead of us
 answers in each wire format well enough for the agent to finish, and records every request and the
 answer it gave (the fixtures under tests/data/agents/). ``--isolate`` re-runs the script in a network
 namespace with only loopback (``unshare -n``, root), so nothing can leave the machine.
+``--scripted-proxy`` starts the real proxy in front of the scripted provider for each scenario
+(``scripts/scripted_proxy.py``, so it needs the project's virtualenv) and runs the agents through it:
+a one-step task, eight big-output steps in a small window, and Codex's remote compaction
+(tests/data/agents/REAL_RUNS.md has their output).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.server
 import json
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -150,6 +157,7 @@ def run_codex(
     provider_name: str = "context proxy",
     model: str = CODEX_MODEL,
     timeout: int = 120,
+    task: str = TASK,
 ) -> Run:
     """``codex exec`` the task in a fresh CODEX_HOME and work folder."""
     with tempfile.TemporaryDirectory(prefix="codex-") as tmp:
@@ -158,7 +166,7 @@ def run_codex(
         work.mkdir()
         (home / "config.toml").write_text(codex_config(base_url, extra_config, provider_name, model))
         env = _clean_env(tmp) | {"CODEX_HOME": str(home), "CONTEXT_PROXY_API_KEY": API_KEY}
-        argv = [*agents.codex, "exec", "--skip-git-repo-check", "--color", "never", "-C", str(work), TASK]
+        argv = [*agents.codex, "exec", "--skip-git-repo-check", "--color", "never", "-C", str(work), task]
         return _run("codex", scenario, argv, env, work, timeout)
 
 
@@ -169,6 +177,7 @@ def run_claude(
     extra_env: dict[str, str] | None = None,
     model: str | None = None,
     timeout: int = 120,
+    task: str = TASK,
 ) -> Run:
     """``claude -p`` the task with a temporary HOME and config folder."""
     with tempfile.TemporaryDirectory(prefix="claude-") as tmp:
@@ -189,7 +198,7 @@ def run_claude(
             }
             | (extra_env or {})
         )
-        argv = [*agents.claude, "-p", TASK, *(["--model", model] if model else []), "--allowedTools", "Bash"]
+        argv = [*agents.claude, "-p", task, *(["--model", model] if model else []), "--allowedTools", "Bash"]
         return _run("claude-code", scenario, argv, env, work, timeout)
 
 
@@ -651,11 +660,29 @@ def report(run: Run, exchanges: list[Exchange] | None = None) -> None:
         for ex in exchanges:
             print(f"  {ex.method} {ex.path} -> {ex.response.get('status')}")
     for label, text in (("stdout", run.stdout), ("stderr", run.stderr)):
-        lines = [line for line in text.strip().splitlines() if line.strip()]
+        lines = _fold_numbers([line for line in text.strip().splitlines() if line.strip()])
         if lines:
-            shown = lines if len(lines) <= 30 else [*lines[:10], f"... {len(lines) - 20} lines ...", *lines[-10:]]
+            shown = lines if len(lines) <= 80 else [*lines[:30], f"... {len(lines) - 60} lines ...", *lines[-30:]]
             print(f"  --- {label}")
             print("\n".join(f"  | {line}" for line in shown))
+
+
+def _fold_numbers(lines: list[str]) -> list[str]:
+    """Runs of bare numbers (the printed ``seq`` output of the long scenarios) as one line each."""
+    folded: list[str] = []
+    run: list[str] = []
+    for line in [*lines, ""]:
+        if line.strip().isdigit():
+            run.append(line.strip())
+            continue
+        if len(run) > 4:
+            folded += [run[0], f"[... {len(run) - 2} more numbers ...]", run[-1]]
+        else:
+            folded += run
+        run = []
+        if line:
+            folded.append(line)
+    return folded
 
 
 CLAUDE_SCENARIOS: dict[str, str | None] = {"task": None, "sonnet-4-5": "claude-sonnet-4-5"}
@@ -704,6 +731,109 @@ def capture(agents: Agents, args: argparse.Namespace) -> int:
     return 1 if failures and not args.fail else 0
 
 
+# ---------------------------------------------------------------------------------------------------
+# The agents through the real proxy in front of the scripted provider (scripts/scripted_proxy.py)
+
+LONG_TASK = (
+    "Run each shell command you are asked to, one at a time, with your shell tool; when no command is left, "
+    "answer with one line."
+)
+
+
+@dataclass(frozen=True)
+class ProxyScenario:
+    """One run of an agent through the scripted proxy: what the model does and how the agent is set up."""
+
+    name: str
+    agent: str  # "codex" or "claude"
+    steps: int = 1
+    command: str = "echo hello"
+    context_window_tokens: int | None = None  # SCIENCE_AGENT_CONTEXT_WINDOW_TOKENS for the proxy
+    prompt_percent: int | None = None  # SCIENCE_AGENT_CONTEXT_PROMPT_PERCENT: Codex's prompt alone is ~10k tokens
+    codex_extra: str = ""
+    codex_provider: str = "context proxy"
+    task: str = TASK
+
+
+PROXY_SCENARIOS = [
+    ProxyScenario("task", "codex"),
+    ProxyScenario("task", "claude"),
+    # Big tool outputs (`seq 1 5000`: about 24 KB each) in a 40k-token window: the proxy previews old
+    # outputs and checkpoints old steps. The agents' own prompts are large (Codex ~10k tokens of
+    # instructions, Claude Code ~20k of tools), hence a window this size and a 40% prompt budget.
+    ProxyScenario("long", "codex", 8, "seq 1 5000", 40_000, 40, task=LONG_TASK),
+    ProxyScenario("long", "claude", 8, "seq 1 5000", 40_000, 40, task=LONG_TASK),
+    # Codex compacts remotely (provider named "OpenAI") once its usage passes a small limit: the proxy
+    # answers the compaction_trigger with its own checkpoint, and the turn goes on with that item.
+    ProxyScenario(
+        "long-remote-compaction",
+        "codex",
+        8,
+        "seq 1 5000",
+        40_000,
+        40,
+        codex_extra="model_context_window = 200000\nmodel_auto_compact_token_limit = 15000\n",
+        codex_provider="OpenAI",
+        task=LONG_TASK,
+    ),
+]
+
+
+@contextlib.contextmanager
+def scripted_proxy(scenario: ProxyScenario) -> Iterator[tuple[str, Path]]:
+    """Start ``scripts/scripted_proxy.py`` (the real proxy and the scripted provider); yield its URL and data."""
+    data = Path(tempfile.mkdtemp(prefix=f"scripted-proxy-{scenario.agent}-{scenario.name}-"))
+    argv = [sys.executable, str(Path(__file__).with_name("scripted_proxy.py")), "--data-dir", str(data)]
+    argv += ["--steps", str(scenario.steps), "--command", scenario.command]
+    if scenario.context_window_tokens:
+        argv += ["--context-window-tokens", str(scenario.context_window_tokens)]
+    if scenario.prompt_percent:
+        argv += ["--prompt-percent", str(scenario.prompt_percent)]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if not line.startswith("READY "):
+            raise SystemExit(f"scripted proxy did not start (run this script with the project's .venv python): {line}")
+        yield line.split()[1], data
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+
+
+def run_through_proxy(agents: Agents, args: argparse.Namespace) -> int:
+    """Each scenario: a fresh proxy, the agent on its task, and what the proxy and its provider saw."""
+    failures = 0
+    chosen = [
+        s for s in PROXY_SCENARIOS if args.agent in (s.agent, "both") and (not args.scenario or s.name in args.scenario)
+    ]
+    for scenario in chosen:
+        with scripted_proxy(scenario) as (url, data):
+            if scenario.agent == "codex":
+                run = run_codex(
+                    agents,
+                    url,
+                    scenario.name,
+                    scenario.codex_extra,
+                    scenario.codex_provider,
+                    CODEX_MODEL,
+                    args.timeout,
+                    scenario.task,
+                )
+            else:
+                run = run_claude(agents, url, scenario.name, None, args.claude_model, args.timeout, scenario.task)
+        report(run)
+        print(f"  proxy data: {data}")
+        print(f"  command: {shlex.join(_portable(run.argv))}")
+        provider = json.loads((data / "provider.json").read_text()) if (data / "provider.json").exists() else {}
+        print(f"  scripted model answered: {' '.join(provider.get('answers', []))}")
+        traces = sorted((data / "store").glob("context-traces/*/*.json"))
+        compactions = sum(1 for t in traces if (json.loads(t.read_text()).get("compaction") or {}).get("reason"))
+        print(f"  proxy traces: {len(traces)} model calls, {compactions} with a compaction")
+        failures += run.returncode != 0
+    return 1 if failures else 0
+
+
 def _portable(argv: list[str]) -> list[str]:
     """The command line without this machine's cache path, so fixtures do not change per machine."""
     return [Path(a).name if os.sep in a and Path(a).exists() else a for a in argv]
@@ -729,6 +859,17 @@ def main(argv: list[str] | None = None) -> int:
         help='provider name in config.toml; "OpenAI" makes Codex compact remotely (compaction_trigger)',
     )
     parser.add_argument("--claude-model", default=None, help="model name Claude Code asks for (its default if unset)")
+    parser.add_argument(
+        "--scripted-proxy",
+        action="store_true",
+        help="run the agents through the real proxy in front of the scripted provider (needs the project's .venv)",
+    )
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        choices=sorted({s.name for s in PROXY_SCENARIOS}),
+        help="with --scripted-proxy: only these scenarios (default: all)",
+    )
     args = parser.parse_args(argv)
 
     # Installing needs the registry, so it happens before the network is cut off.
@@ -737,6 +878,8 @@ def main(argv: list[str] | None = None) -> int:
         return _reexec_isolated(argv if argv is not None else sys.argv[1:])
     if args.capture:
         return capture(agents, args)
+    if args.scripted_proxy:
+        return run_through_proxy(agents, args)
     runs = []
     if args.agent in ("codex", "both"):
         runs.append(

@@ -2,8 +2,10 @@
 
 Protected sections are admitted first and never cut; if they alone exceed the prompt budget the
 assembly fails rather than weaken authority. Other sections follow by (slot, order, id): whole if they
-fit, else truncated with a visible marker, else dropped; every cut is a diagnostic. Contributor messages
-and attachments draw on their own budget in the order they were collected.
+fit, else truncated with a visible marker, else dropped; every cut is a diagnostic. Contributor messages,
+then attachments, draw on their own budget by their contributor's declared priority (lower first; ties
+in collection order), so a long artifact list cannot push the plan out; what is admitted is sent in
+collection order, which keeps the request prefix stable whatever was cut.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import TypeVar
 from proxy.context.collector import Collection
 from proxy.context.hidden import hidden_message
 from proxy.context.renderer import SEPARATOR, render_section, section_sort_key
-from proxy.context.types import Attachment, ContextMessage, Diagnostic, Section, TokenEstimator
+from proxy.context.types import DEFAULT_PRIORITY, Attachment, ContextMessage, Diagnostic, Section, TokenEstimator
 from proxy.errors import AssemblyFailed
 
 # Below this many tokens a truncated piece says too little to be worth its marker: drop it instead.
@@ -80,13 +82,22 @@ def apply_context_budget(
     def message_cost(item: ContextMessage | Attachment) -> int:
         return estimator.count_message(hidden_message(item, nonce=nonce))
 
+    def by_priority(items: tuple[M, ...]) -> list[M]:
+        return sorted(items, key=lambda item: collection.priorities.get(item.id, DEFAULT_PRIORITY))  # stable
+
     messages: list[ContextMessage] = []
     spent = _admit(
-        list(collection.messages), message_budget_tokens, message_cost, _with_content, messages, diagnostics, "message"
+        by_priority(collection.messages),
+        message_budget_tokens,
+        message_cost,
+        _with_content,
+        messages,
+        diagnostics,
+        "message",
     )
     attachments: list[Attachment] = []
     spent += _admit(
-        list(collection.attachments),
+        by_priority(collection.attachments),
         message_budget_tokens - spent,
         message_cost,
         _with_content,
@@ -96,12 +107,17 @@ def apply_context_budget(
     )
     return BudgetResult(
         tuple(sorted(admitted, key=section_sort_key)),
-        tuple(messages),
-        tuple(attachments),
+        _in_collection_order(messages, collection.messages),
+        _in_collection_order(attachments, collection.attachments),
         tuple(diagnostics),
         used,
         spent,
     )
+
+
+def _in_collection_order(admitted: list[M], collected: tuple[M, ...]) -> tuple[M, ...]:
+    position = {item.id: i for i, item in enumerate(collected)}
+    return tuple(sorted(admitted, key=lambda item: position[item.id]))
 
 
 def _with_text(section: Section, text: str) -> Section:

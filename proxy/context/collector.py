@@ -64,6 +64,9 @@ class Collection:
     messages: tuple[ContextMessage, ...]
     attachments: tuple[Attachment, ...]
     diagnostics: tuple[Diagnostic, ...]
+    # Message/attachment id -> its contributor's declared priority: the order of budget admission
+    # (the send order stays the collection order).
+    priorities: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
 async def collect_detailed(
@@ -80,8 +83,20 @@ async def collect_detailed(
     A failing (error, timeout, invalid) optional contributor becomes a diagnostic; a failing protected
     one raises :class:`~proxy.errors.AssemblyFailed` naming it, after all runs finished.
     """
+    # Each contributor sees its own options only.
     runs = list(
-        await asyncio.gather(*(_run_one(c, registry.is_protected(c.id), request, timeout, keep_raw) for c in registry))
+        await asyncio.gather(
+            *(
+                _run_one(
+                    c,
+                    registry.is_protected(c.id),
+                    dataclasses.replace(request, options=registry.options_of(c.id)),
+                    timeout,
+                    keep_raw,
+                )
+                for c in registry
+            )
+        )
     )
     _reject_duplicate_ids(runs)
     failed_protected = [r for r in runs if r.protected and r.status != "ok"]
@@ -94,6 +109,12 @@ async def collect_detailed(
             diagnostics.append(Diagnostic("warning", f"contributor_{run.status}", run.error, run.contributor_id))
         diagnostics.extend(run.output.diagnostics)
     ok = [r.output for r in runs if r.status == "ok"]
+    priorities = {
+        item_id: registry.priority_of(run.contributor_id)
+        for run in runs
+        if run.status == "ok"
+        for item_id in [m.id for m in run.output.messages] + [a.id for a in run.output.attachments]
+    }
     return Collection(
         scope=registry.scope,
         runs=tuple(runs),
@@ -101,6 +122,7 @@ async def collect_detailed(
         messages=tuple(m for out in ok for m in out.messages),
         attachments=tuple(a for out in ok for a in out.attachments),
         diagnostics=tuple(diagnostics),
+        priorities=priorities,
     )
 
 

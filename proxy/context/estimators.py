@@ -1,4 +1,5 @@
-"""Token estimators: a tokenizer-free conservative one, an exact tiktoken one, and a per-message cache.
+"""Token estimators: a tokenizer-free conservative one, an exact tiktoken one, a scaled one (tiktoken
+corrected by what the provider reported, see ``calibration.py``), and a per-message cache.
 
 The assembler only sees the :class:`~proxy.context.types.TokenEstimator` protocol, so a provider can
 inject its exact tokenizer without changing anything else.
@@ -103,6 +104,20 @@ class ConservativeTokenEstimator:
         return sum(self.count_text(stable_json(tool)) + TOOL_OVERHEAD_TOKENS for tool in tools)
 
 
+# OpenAI model families on the older encoding; every other model (gpt-4o, gpt-4.1, gpt-5, the o-series,
+# and all non-OpenAI models, for which tiktoken is only the base that calibration corrects) uses o200k.
+_CL100K_PREFIXES = ("gpt-4", "gpt-3.5", "gpt-35", "text-embedding-", "davinci", "babbage")
+_O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "chatgpt-4o")
+
+
+def tiktoken_encoding_for(model: str) -> str:
+    """The tiktoken encoding for a model string (``openai/gpt-4o``, ``azure/gpt-35-turbo``, ``claude-...``)."""
+    name = model.rsplit("/", 1)[-1].lower()
+    if name.startswith(_O200K_PREFIXES):
+        return "o200k_base"
+    return "cl100k_base" if name.startswith(_CL100K_PREFIXES) else "o200k_base"
+
+
 class TiktokenEstimator:
     """Exact counts with a tiktoken encoding (OpenAI models); messages get the same framing overhead."""
 
@@ -124,6 +139,28 @@ class TiktokenEstimator:
     def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
         """Tokens of the tool schemas' JSON plus per-tool framing."""
         return sum(self.count_text(stable_json(tool)) + TOOL_OVERHEAD_TOKENS for tool in tools)
+
+
+class ScaledEstimator:
+    """Another estimator's counts times ``factor``, rounded up: a base count corrected for a provider
+    whose tokenizer differs (the factor comes from calibration). Wrap a cached base: every count here is
+    a multiplication of one the base already knows."""
+
+    def __init__(self, inner: TokenEstimator, factor: float) -> None:
+        self.inner = inner
+        self.factor = factor
+
+    def count_text(self, text: str) -> int:
+        """The base count of ``text``, scaled."""
+        return math.ceil(self.inner.count_text(text) * self.factor)
+
+    def count_message(self, message: Mapping[str, Any]) -> int:
+        """The base count of one message, scaled."""
+        return math.ceil(self.inner.count_message(message) * self.factor)
+
+    def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
+        """The base count of the tool schemas, scaled."""
+        return math.ceil(self.inner.count_tools(tools) * self.factor)
 
 
 def _count_message(estimator: TokenEstimator, message: Mapping[str, Any], overhead: int) -> int:

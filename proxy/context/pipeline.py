@@ -69,12 +69,13 @@ class AssemblyInput:
     reference_tools: Sequence[Mapping[str, Any]] = ()
     reader: str = READ_TOOL_OUTPUT  # the name the tool-output reader is offered under; previews name it
     state: Mapping[str, Any] = field(default_factory=dict)
-    options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     checkpoints: Sequence[Checkpoint] = ()
     previewed_refs: Sequence[str] = ()
     forced: bool = False
     stated_limit: int | None = None
     output_reserve: int = 0
+    # This call's token counter (a route's calibrated one); None: the assembler's own.
+    estimator: TokenEstimator | None = None
 
 
 @dataclass(frozen=True)
@@ -145,11 +146,12 @@ class ContextPipeline:
     async def assemble(self, inp: AssemblyInput, summarizer: Summarizer | None = None) -> AssemblyOutput:
         """Assemble one call's input; raises ``AssemblyFailed`` when the minimum does not fit."""
         started = time.perf_counter()
-        estimator = TurnEstimator(self._estimator)
+        estimator = TurnEstimator(inp.estimator or self._estimator)
         registry = self._registries(inp.scope)
-        # The identity contributor renders the client's system/developer messages into the stable
-        # prompt, verbatim; without one they stay in the history rather than being lost.
-        instructions = [r for r in inp.history if _is_instruction(r.message)] if _has_identity(registry) else []
+        # A protected contributor that declares it (identity) renders the client's system/developer messages
+        # into the stable prompt, verbatim; without one they stay in the history rather than being lost.
+        owned = registry.owns_client_instructions
+        instructions = [r for r in inp.history if _is_instruction(r.message)] if owned else []
         records = [r for r in inp.history if not instructions or not _is_instruction(r.message)]
         cap = apply_message_count_cap([r.message for r in records], self._config.max_history_messages)
         kept = [records[i] for i in cap.kept_indices]
@@ -268,7 +270,6 @@ class ContextPipeline:
             model=inp.model,
             turn=inp.turn,
             budget_tokens=inp.limit,
-            options=inp.options,
         )
         return await collect_detailed(
             registry, request, timeout=self._config.contributor_timeout_seconds, keep_raw=self._config.detailed_trace
@@ -310,10 +311,6 @@ class _Pass:
         prompt_cost = estimator.count_message({"role": "system", "content": prompt}) if prompt else 0
         tool_cost = estimator.count_tools(tools) if tools else 0
         return prompt_cost + tool_cost + sum(estimator.count_message(m) for m in hidden)
-
-
-def _has_identity(registry: ContextContributorRegistry) -> bool:
-    return any(contributor.id == "identity" for contributor in registry)
 
 
 def _is_instruction(message: Mapping[str, Any]) -> bool:

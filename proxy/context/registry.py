@@ -3,17 +3,36 @@
 A package registers a :class:`~proxy.context.types.ContextContributorFactory` under the entry-point
 group ``science_context.contributors``; built-ins use the same mechanism. Once composed the registry
 cannot change, so a package cannot alter an active run.
+
+At start-up :func:`configure` validates each factory's part of the operator's ``contributors:`` config
+once (against its ``options_model``), and :func:`proxy_tools` / :func:`state_channels` collect the
+proxy-owned tools and run-state channels the loaded factories offer: what is not loaded (the
+allow-list) offers nothing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import re
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
-from proxy.context.types import ID_PATTERN, SCOPES, ContextContributor, ContextContributorFactory, Scope
+from pydantic import BaseModel, ValidationError
+
+from proxy.context.types import (
+    DEFAULT_PRIORITY,
+    ID_PATTERN,
+    SCOPES,
+    THIRD_PARTY_MIN_PRIORITY,
+    ContextContributor,
+    ContextContributorFactory,
+    ProxyTool,
+    Scope,
+    StateChannel,
+)
 from proxy.errors import ProxyError
 
 ENTRY_POINT_GROUP = "science_context.contributors"
@@ -32,16 +51,108 @@ class RegistryError(ProxyError):
     code = "context_registry_error"
 
 
+class OptionsInvalid(RegistryError):
+    """The operator's ``contributors:`` config does not fit a contributor's options (start-up only)."""
+
+
+# The one name a package cannot offer a tool under: the proxy's own reader, always there.
+CORE_TOOLS = frozenset({"read_tool_output"})
+RESERVED_CHANNELS = frozenset({"diagnostics"})
+
+
 @dataclass(frozen=True)
 class FactorySource:
-    """A factory and where it came from (``builtin``, ``entry-point name (distribution)``...)."""
+    """A factory, where it came from (``builtin``, ``entry-point name (distribution)``...) and its options."""
 
     factory: ContextContributorFactory
     source: str
     # Protection is authority (protected sections are admitted first and never cut, and a failing
     # protected contributor fails the turn), so only the proxy's own contributors and factories the
-    # operator composes in code may hold it; a third-party package's claim is not honoured.
+    # operator composes in code may hold it; a third-party package's claim is not honoured. The same
+    # source decides whether a declared priority may rank above THIRD_PARTY_MIN_PRIORITY.
     may_protect: bool = True
+    # This factory's own options, as :func:`configure` validated them: an instance of its
+    # ``options_model``, else a read-only mapping.
+    options: Any = field(default_factory=lambda: MappingProxyType({}))
+
+
+def configure(factories: Iterable[FactorySource], raw: Mapping[str, Any]) -> list[FactorySource]:
+    """The factories with their options validated from the ``contributors:`` config section ``raw``.
+
+    Raises :class:`OptionsInvalid` naming ``contributors.<id>`` (a section for no loaded contributor) or
+    ``contributors.<id>.<field>`` with pydantic's reason and the bad value.
+    """
+    found = list(factories)
+    ids = {source.factory.id for source in found}
+    for contributor_id in raw:
+        if contributor_id not in ids:
+            raise OptionsInvalid(f"contributors.{contributor_id} names no installed contributor")
+    return [dataclasses.replace(source, options=_options(source, raw.get(source.factory.id))) for source in found]
+
+
+def _options(source: FactorySource, raw: Any) -> Any:
+    fid = source.factory.id
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise OptionsInvalid(f"contributors.{fid} must be a mapping of options, got {raw!r}")
+    model = getattr(source.factory, "options_model", None)
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        try:
+            return model.model_validate(dict(raw))
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"contributors.{fid}.{'.'.join(str(part) for part in error['loc']) or '?'}: {error['msg']} "
+                f"(got {error['input']!r})"
+                for error in exc.errors()
+            )
+            raise OptionsInvalid(problems) from None
+    validate = getattr(source.factory, "validate_options", None)
+    if validate is not None:
+        try:
+            validate(raw)
+        except ValueError as exc:
+            raise OptionsInvalid(str(exc)) from None
+    return MappingProxyType(dict(raw))
+
+
+def proxy_tools(factories: Iterable[FactorySource]) -> list[ProxyTool]:
+    """The proxy-owned tools the loaded factories offer, in registration order. A tool that does not
+    keep the ``ProxyTool`` contract, a second tool of one name, or one named like a core tool is an
+    error naming its source."""
+    tools: list[ProxyTool] = []
+    sources: dict[str, str] = {}
+    for source in factories:
+        offer = getattr(source.factory, "tools", None)
+        for tool in offer(source.options) if offer is not None else ():
+            if not isinstance(tool, ProxyTool):
+                raise RegistryError(f"{source.source} offers {tool!r}, which is not a ProxyTool")
+            _check_id("tool name", tool.name, source.source)
+            if tool.name in CORE_TOOLS:
+                raise RegistryError(f"{source.source} offers a tool named {tool.name!r}, the proxy's own")
+            if tool.name in sources:
+                raise RegistryError(f"duplicate tool {tool.name!r}: from {sources[tool.name]} and {source.source}")
+            sources[tool.name] = source.source
+            tools.append(tool)
+    return tools
+
+
+def state_channels(factories: Iterable[FactorySource]) -> tuple[StateChannel, ...]:
+    """The run-state channels the loaded factories declare, in registration order; a duplicate channel
+    name is an error naming both sources."""
+    channels: list[StateChannel] = []
+    sources: dict[str, str] = {}
+    for source in factories:
+        declare = getattr(source.factory, "channels", None)
+        for channel in declare(source.options) if declare is not None else ():
+            if not isinstance(channel, StateChannel):
+                raise RegistryError(f"{source.source} declares {channel!r}, which is not a StateChannel")
+            if channel.name in RESERVED_CHANNELS or channel.name in sources:
+                first = sources.get(channel.name, "the proxy")
+                raise RegistryError(f"duplicate state channel {channel.name!r}: from {first} and {source.source}")
+            sources[channel.name] = source.source
+            channels.append(channel)
+    return tuple(channels)
 
 
 def discover_factories(allow: set[str] | None = None) -> list[FactorySource]:
@@ -76,6 +187,9 @@ class ContextContributorRegistry:
         contributor_sources: dict[str, str] = {}
         contributors: list[ContextContributor] = []
         protected: set[str] = set()
+        options: dict[str, Any] = {}
+        priorities: dict[str, int] = {}
+        owns_instructions = False
         for item in factories:
             entry = item if isinstance(item, FactorySource) else FactorySource(item, f"factory {item.id!r}")
             fid = entry.factory.id
@@ -94,11 +208,18 @@ class ContextContributorRegistry:
                 )
             contributor_sources[cid] = entry.source
             contributors.append(contributor)
-            if entry.may_protect and bool(getattr(contributor, "protected", False)):
+            is_protected = entry.may_protect and getattr(contributor, "protected", False) is True
+            if is_protected:
                 protected.add(cid)
+                owns_instructions |= getattr(contributor, "owns_client_instructions", False) is True
+            options[cid] = entry.options
+            priorities[cid] = _priority(contributor, entry)
         self._contributors = tuple(contributors)
         self._sources = dict(contributor_sources)
         self._protected = frozenset(protected)
+        self._options = options
+        self._priorities = priorities
+        self._owns_instructions = owns_instructions
         self._frozen = True
 
     @property
@@ -114,6 +235,19 @@ class ContextContributorRegistry:
     def is_protected(self, contributor_id: str) -> bool:
         """Whether the contributor is protected: it says so and its source may grant protection."""
         return contributor_id in self._protected
+
+    def options_of(self, contributor_id: str) -> Any:
+        """The contributor's own validated options (what its requests carry as ``options``)."""
+        return self._options.get(contributor_id, MappingProxyType({}))
+
+    def priority_of(self, contributor_id: str) -> int:
+        """The contributor's message-budget priority (lower is admitted first)."""
+        return self._priorities.get(contributor_id, DEFAULT_PRIORITY)
+
+    @property
+    def owns_client_instructions(self) -> bool:
+        """Whether a protected contributor renders the client's system/developer messages into the prompt."""
+        return self._owns_instructions
 
     def source_of(self, contributor_id: str) -> str:
         """Where a contributor's factory came from (for error messages and traces)."""
@@ -132,6 +266,15 @@ class ContextContributorRegistry:
 
     def __delattr__(self, name: str) -> None:
         raise RegistryError(f"the contributor registry is frozen; cannot delete {name!r}")
+
+
+def _priority(contributor: ContextContributor, entry: FactorySource) -> int:
+    """The declared priority; a package's is held at or below ``THIRD_PARTY_MIN_PRIORITY`` so it can
+    never rank above the proxy's plan projection and skill notice."""
+    declared = getattr(contributor, "priority", DEFAULT_PRIORITY)
+    if not isinstance(declared, int) or isinstance(declared, bool):
+        raise RegistryError(f"contributor {contributor.id!r} from {entry.source}: priority must be an integer")
+    return declared if entry.may_protect else max(declared, THIRD_PARTY_MIN_PRIORITY)
 
 
 def _check_id(kind: str, value: object, source: str) -> None:

@@ -6,7 +6,7 @@ everywhere; this package never sees wire models, the store or the provider clien
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
@@ -90,9 +90,10 @@ class ContributionRequest:
 
     ``history`` is the model-visible canonical history (after compaction); ``state`` maps a structured
     channel name (``plan``, ``skills``, ``artifacts``...) to its current value; ``budget_tokens`` is the
-    effective input limit, so a contributor can size what it offers. ``options`` maps a contributor ID to
-    the operator's options for it (the YAML config's ``contributors:`` section); each contributor
-    validates its own.
+    effective input limit, so a contributor can size what it offers. ``options`` are this contributor's
+    own operator options (its part of the YAML config's ``contributors:`` section), validated once at
+    start-up: an instance of the factory's ``options_model`` when it declares one, else a read-only
+    mapping. The collector hands each contributor its own; no contributor sees another's.
     """
 
     scope: Scope
@@ -105,7 +106,7 @@ class ContributionRequest:
     model: str = ""
     turn: int = 0
     budget_tokens: int = 0
-    options: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: _frozen_map(None))
+    options: Any = field(default_factory=lambda: _frozen_map(None))
 
     def __post_init__(self) -> None:
         # Contributors run concurrently on the same request: hand each a view it cannot mutate.
@@ -115,9 +116,9 @@ class ContributionRequest:
             value = getattr(self, name)
             if not isinstance(value, MappingProxyType):
                 object.__setattr__(self, name, _frozen_map(value))
-        # One level deeper than the others: each contributor's own options are a read-only view too.
-        options = {str(k): _frozen_map(v) for k, v in (self.options or {}).items()}
-        object.__setattr__(self, "options", MappingProxyType(options))
+        # A validated options model is frozen by its own config; a plain mapping becomes a read-only view.
+        if isinstance(self.options, Mapping) and not isinstance(self.options, MappingProxyType):
+            object.__setattr__(self, "options", _frozen_map(self.options))
 
 
 @runtime_checkable
@@ -140,12 +141,128 @@ class ContextContributor(Protocol):
 
 @runtime_checkable
 class ContextContributorFactory(Protocol):
-    """What a package registers: builds its contributor for a scope, or ``None`` to stay out of it."""
+    """What a package registers: builds its contributor for a scope, or ``None`` to stay out of it.
+
+    Optional members, looked up by the registry (a plain third-party object may have none of them):
+
+    - ``options_model``: a pydantic model class (``extra="forbid"``) for this contributor's part of the
+      ``contributors:`` config, validated once at start-up; errors name ``contributors.<id>.<field>``.
+    - ``tools(options) -> Sequence[ProxyTool]``: proxy-owned tools this package offers the model.
+    - ``channels(options) -> Sequence[StateChannel]``: run-state channels this package derives.
+    - ``validate_options(raw)``: the older hand-written check, used when there is no ``options_model``.
+
+    What a contributor declares as data (all optional too): ``protected`` (honoured for the proxy's own
+    contributors only), ``priority`` (lower is admitted first into the message budget; a third-party
+    package is held at or below ``THIRD_PARTY_MIN_PRIORITY``) and ``owns_client_instructions`` (it renders
+    the client's system/developer messages into the prompt, so the history must not carry them twice;
+    honoured only for a protected contributor, since it removes client messages from the history).
+    """
 
     @property
     def id(self) -> str: ...
 
     def create(self, scope: Scope) -> ContextContributor | None: ...
+
+
+# Message-budget priorities (lower first). The proxy's run-state projections that must survive a long
+# list (the plan, the notice that a skill left the context) sit below what any package may declare.
+DEFAULT_PRIORITY = 100
+THIRD_PARTY_MIN_PRIORITY = 50
+
+
+@dataclass(frozen=True)
+class DeclaredCall:
+    """One tool call of an assistant message, arguments parsed (JSON, or the raw text when not JSON)."""
+
+    index: int  # of the declaring assistant message in the history
+    call_id: str
+    name: str
+    arguments: Any
+
+
+@runtime_checkable
+class StateChannel(Protocol):
+    """One run-state channel, derived from the canonical history by the package that owns its tools.
+
+    ``observe`` sees every declared call in declared order with its successful result text (``None``:
+    no result yet, or a failure) and returns the channel's next value; ``diagnose`` notes why a call that
+    looked like state was ignored. ``judge`` rewrites the value for what the model will really see
+    (visibility of a body, progress since a call); return the value unchanged when that means nothing.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    def initial(self) -> Any: ...
+
+    def observe(self, value: Any, call: DeclaredCall, result: str | None, diagnose: Callable[[str], None]) -> Any: ...
+
+    def judge(self, value: Any, visible: Sequence[Mapping[str, Any]]) -> Any: ...
+
+
+@runtime_checkable
+class ToolSession(Protocol):
+    """What a proxy-owned tool may keep durably for its session (backed by the session store)."""
+
+    async def revisions(self) -> Mapping[str, str]:
+        """Name -> revision of what this session read at a frozen revision (the first read of a name)."""
+        ...
+
+    async def record_revision(self, name: str, revision: str) -> None:
+        """Record that this session read ``name`` at ``revision`` (idempotent)."""
+        ...
+
+    async def get(self, key: str) -> Any | None:
+        """A JSON value the tool kept for this session under ``key``."""
+        ...
+
+    async def put(self, key: str, value: Any) -> None:
+        """Keep a JSON value for this session under ``key``."""
+        ...
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a proxy tool may look at: the session, its canonical history, the client's tools, run state."""
+
+    context_id: str
+    history: Sequence[Mapping[str, Any]]
+    client_tools: Sequence[Mapping[str, Any]]
+    state: Mapping[str, Any]
+    session: ToolSession | None = None  # None where nothing is stored (unit tests, a dry run)
+
+
+@runtime_checkable
+class ProxyTool(Protocol):
+    """A tool the proxy offers the model beside the client's, runs itself, and never shows the client.
+
+    ``schema`` is the OpenAI tool object (``{"type": "function", "function": {"name", ...}}``);
+    ``needs_references`` tools are offered only once compaction left a preview or a checkpoint. A client
+    tool of the same name wins: the proxy's is then not offered. ``run`` gets the raw JSON arguments and
+    returns the result text; a failure is a text starting ``Error:`` the model can read.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def schema(self) -> Mapping[str, Any]: ...
+
+    @property
+    def needs_references(self) -> bool: ...
+
+    def offered(self, context: ToolContext) -> bool: ...
+
+    async def run(self, context: ToolContext, arguments: str) -> str: ...
+
+
+@runtime_checkable
+class ClientToolGate(Protocol):
+    """A proxy tool that keeps some client tools out of the offer until it lets them in (``find_tools``)."""
+
+    def withheld(self, context: ToolContext) -> frozenset[str]:
+        """Names of the client's tools not to offer in this call."""
+        ...
 
 
 @runtime_checkable
@@ -157,3 +274,10 @@ class TokenEstimator(Protocol):
     def count_message(self, message: Mapping[str, Any]) -> int: ...
 
     def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int: ...
+
+
+def tool_name(tool: Mapping[str, Any]) -> str:
+    """An OpenAI tool object's function name (``""`` when it has none)."""
+    function = tool.get("function")
+    name = function.get("name") if isinstance(function, Mapping) else tool.get("name")
+    return name if isinstance(name, str) else ""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import socket
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -23,6 +24,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from proxy.offline import prepare_offline_environment
 
 FIXED_CREATED = 1_700_000_000
 
@@ -65,14 +68,53 @@ def estimate_prompt_tokens(body: dict[str, Any]) -> int:
     return max(1, len(json.dumps(body.get("messages", []), ensure_ascii=False).encode()) // 4)
 
 
+def tiktoken_prompt_tokens(body: dict[str, Any], scale: float) -> int:
+    """A provider whose tokenizer counts ``scale`` times ``o200k_base``: OpenAI's own chat framing
+    (3 tokens a message, the role, the content, tool calls' names and arguments, 3 priming the reply,
+    the tools' JSON), then scaled, as a provider with another vocabulary would count the same text."""
+    import tiktoken  # only the scaled provider needs it
+
+    prepare_offline_environment()  # the encodings bundled with litellm, never a download
+    encoding = tiktoken.get_encoding("o200k_base")
+
+    def count(text: Any) -> int:
+        return len(encoding.encode(text if isinstance(text, str) else json.dumps(text), disallowed_special=()))
+
+    total = 3
+    for message in body.get("messages") or []:
+        total += 3 + count(message.get("role", ""))
+        content = message.get("content")
+        if isinstance(content, list):
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        total += count(content or "")
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            total += 3 + count(function.get("name", "")) + count(function.get("arguments", ""))
+        if message.get("tool_call_id"):
+            total += count(message["tool_call_id"])
+    if body.get("tools"):
+        total += count(body["tools"])
+    return max(1, math.ceil(total * scale))
+
+
 class ScriptedProvider:
     """The provider's behaviour: a script, an optional context window, and the record of requests."""
 
     def __init__(
-        self, script: Script, *, context_window: int | None = None, chunk_delay: float = 0.0, latency: float = 0.0
+        self,
+        script: Script,
+        *,
+        context_window: int | None = None,
+        chunk_delay: float = 0.0,
+        latency: float = 0.0,
+        token_scale: float | None = None,
     ) -> None:
         self.script = script
         self.context_window = context_window
+        # None: count a quarter of the messages' JSON bytes (what the cassettes were recorded with);
+        # a number: count as a tokenizer that gives that many times tiktoken's o200k_base count.
+        self.token_scale = token_scale
+        self.prompt_tokens: list[int] = []  # the count of every request, in order (over the window or not)
         self.chunk_delay = chunk_delay  # seconds between stream chunks, to let a test disconnect mid-stream
         self.latency = latency  # seconds before every answer, like a real model's time to respond
         self.most_concurrent = 0  # the most requests ever waiting out ``latency`` at once
@@ -103,7 +145,12 @@ class ScriptedProvider:
             number = len(self.history)
         if self.latency:
             await self._respond_later()
-        prompt_tokens = estimate_prompt_tokens(body)
+        if self.token_scale is None:
+            prompt_tokens = estimate_prompt_tokens(body)
+        else:
+            prompt_tokens = tiktoken_prompt_tokens(body, self.token_scale)
+        with self._lock:
+            self.prompt_tokens.append(prompt_tokens)
         if self.context_window is not None and prompt_tokens > self.context_window:
             return JSONResponse(_overflow_body(self.context_window, prompt_tokens), status_code=400)
         reply = self.script(body)

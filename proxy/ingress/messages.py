@@ -42,7 +42,10 @@ async def create_message(
     try:
         result = await runner.run(translation.body, identity, route, headers, mode, ingress=translation.notes)
     except (ContextOverflow, AssemblyFailed) as exc:
-        limit = runner.limits_for(route).model_max_tokens
+        limits = runner.limits_for(route)
+        # The proxy's own assembly failing is measured against the window it assembles for (the operator's
+        # cap included), not the model's: Claude Code shows both numbers to the user.
+        limit = limits.effective_input_tokens if isinstance(exc, AssemblyFailed) else limits.model_max_tokens
         error = prompt_too_long(exc, limit, estimate_tokens(translation))
         error.headers.update({"x-context-id": identity.context_id, "x-context-mode": mode})
         raise error from exc

@@ -19,6 +19,7 @@ from proxy.context.checkpoint import Checkpoint
 from proxy.errors import InvalidRequest, ModelNotFound, ProxyError, SessionConflict
 from proxy.identity import SessionIdentity, identify
 from proxy.ingress.compaction import write_checkpoint
+from proxy.ingress.compaction_trace import compaction_trace
 from proxy.ingress.response_records import ResponseRecord, ResponseRecords, new_response_id, token_context
 from proxy.ingress.responses import (
     COMPACTION_TRIGGER,
@@ -204,7 +205,7 @@ class ResponsesIngress:
         try:
             async with runner.store.turn_lock(identity.context_id):
                 reconciled = await runner.store.reconcile(identity.context_id, identity.scope, messages)
-                checkpoint, _ = await write_checkpoint(
+                outcome = await write_checkpoint(
                     runner.backend,
                     summary_route,
                     messages,
@@ -212,8 +213,16 @@ class ResponsesIngress:
                     reconciled.head_hash,
                     max(256, limit // 10),
                     runner.framing_nonce(identity.context_id),
+                    runner.limits_for(summary_route).effective_input_tokens - max(256, limit // 10),
                 )
+                checkpoint = outcome.checkpoint
                 token = await ResponseRecords(runner.store).put_checkpoint(identity.context_id, checkpoint)
+                if runner.traces is not None:
+                    turn = await runner.store.next_turn(identity.context_id)
+                    record = compaction_trace(
+                        runner, route, summary_route, identity, reconciled, turn, messages, outcome, compact_endpoint
+                    )
+                    runner.traces.write(identity.context_id, turn, record)
         except SessionBusy as exc:
             raise SessionConflict(str(exc)) from exc
         item = {"type": "compaction", "id": new_id("cmp"), "encrypted_content": token}

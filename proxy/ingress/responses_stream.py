@@ -1,10 +1,13 @@
 """A stream of chat chunks as the Responses event sequence the OpenAI SDK (and Codex) assembles.
 
-Text is relayed live (``output_text.delta``); tool calls are emitted whole once the chat stream has
-ended (``output_item.added``, one arguments delta, ``.done``, ``output_item.done``), since a custom
-tool's ``input`` can only be decoded from the complete JSON arguments. Codex takes its history from the
-``output_item.done`` items and ends the turn at ``response.completed``, which carries the usage. A
-failure after the stream began becomes ``response.failed``.
+Text is relayed live (``output_text.delta``), and so are a plain function call's arguments: its
+``output_item.added`` goes out with the call's first chunk and each chat arguments fragment becomes a
+``function_call_arguments.delta``; ``.done`` and ``output_item.done`` follow when the chat stream ends.
+Calls of custom (freeform) tools and of ``tool_search`` are emitted whole at the end instead, since
+their ``input`` / ``arguments`` are decoded from the complete JSON the model wrote for the function they
+were translated to. Codex takes its history from the ``output_item.done`` items and ends the turn at
+``response.completed``, which carries the usage. A failure after the stream began becomes
+``response.failed``.
 """
 
 from __future__ import annotations
@@ -32,6 +35,14 @@ Finisher = Callable[[dict[str, Any], dict[str, Any]], Awaitable[None]]
 
 
 @dataclass
+class _LiveCall:
+    """A function call item opened while its arguments still stream: where it sits in the output."""
+
+    item_id: str
+    output_index: int
+
+
+@dataclass
 class _State:
     """What has been streamed so far."""
 
@@ -40,6 +51,7 @@ class _State:
     text: str = ""
     message_id: str | None = None  # set while a message item is open
     calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    live: dict[int, _LiveCall] = field(default_factory=dict)  # chat call index -> its open output item
     usage: dict[str, Any] | None = None
     finish_reason: Any = None
 
@@ -82,6 +94,9 @@ class ResponseStream:
         except ProxyError as exc:
             for event in self._close_open_items(state):
                 yield event
+            for number, live in state.live.items():  # a call cut off mid-arguments stays in the output, marked
+                partial = call_item(_chat_call(state.calls[number]), self._tools, live.item_id)
+                state.output[live.output_index] = partial | {"status": "incomplete"}
             error = {"code": exc.code or exc.type, "message": exc.message}
             yield self._event("response.failed", response=self._response("failed", state, usage=None, error=error))
             return
@@ -115,12 +130,37 @@ class ResponseStream:
             if isinstance(text, str) and text:
                 events += self._text(state, text)
             for call in delta.get("tool_calls") or []:
-                slot = state.calls.setdefault(int(call.get("index") or 0), {"id": "", "name": "", "arguments": ""})
-                function = call.get("function") or {}
-                slot["id"] = call.get("id") or slot["id"]
-                slot["name"] += function.get("name") or ""
-                slot["arguments"] += function.get("arguments") or ""
+                events += self._call_delta(state, call)
         return events
+
+    def _call_delta(self, state: _State, call: dict[str, Any]) -> list[Event]:
+        """Accumulate one chat tool-call fragment; stream it when it belongs to a plain function call."""
+        index = int(call.get("index") or 0)
+        slot = state.calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
+        function = call.get("function") or {}
+        slot["id"] = call.get("id") or slot["id"]
+        slot["name"] += function.get("name") or ""
+        fragment = function.get("arguments") or ""
+        slot["arguments"] += fragment
+        events: list[Event] = []
+        live = state.live.get(index)
+        if live is None and slot["name"] and self._streams_live(slot["name"]):
+            # Providers send a call's name whole with its first fragment, so the item can open now.
+            events += self._close_open_items(state)
+            live = _LiveCall(new_id("fc"), len(state.output))
+            state.live[index] = live
+            item = call_item(_chat_call(slot), self._tools, live.item_id) | {"arguments": "", "status": "in_progress"}
+            state.output.append(item)
+            events.append(self._event("response.output_item.added", output_index=live.output_index, item=item))
+            fragment = slot["arguments"]  # everything so far, in case fragments came before the name
+        if live is not None and fragment:
+            where = {"output_index": live.output_index, "item_id": live.item_id}
+            events.append(self._event("response.function_call_arguments.delta", **where, delta=fragment))
+        return events
+
+    def _streams_live(self, flat_name: str) -> bool:
+        origin = self._tools.origins.get(flat_name)
+        return origin is None or origin.kind not in ("custom", "tool_search")
 
     def _flush_reasoning(self, state: _State) -> list[Event]:
         if not state.reasoning:
@@ -164,10 +204,25 @@ class ResponseStream:
         return events
 
     def _calls(self, state: _State) -> list[Event]:
+        """Finish the live calls (``.done``, ``output_item.done``), then emit the buffered ones whole."""
         events: list[Event] = []
-        for _, slot in sorted(state.calls.items()):
-            call = {"id": slot["id"] or None, "function": {"name": slot["name"], "arguments": slot["arguments"]}}
-            item = call_item(call, self._tools)
+        for number, slot in sorted(state.calls.items()):
+            live = state.live.get(number)
+            if live is None:
+                continue
+            item = call_item(_chat_call(slot), self._tools, live.item_id)
+            state.output[live.output_index] = item
+            where = {"output_index": live.output_index, "item_id": live.item_id}
+            events.append(
+                self._event(
+                    "response.function_call_arguments.done", **where, name=item["name"], arguments=slot["arguments"]
+                )
+            )
+            events.append(self._event("response.output_item.done", output_index=live.output_index, item=item))
+        for number, slot in sorted(state.calls.items()):
+            if number in state.live:
+                continue
+            item = call_item(_chat_call(slot), self._tools)
             index = len(state.output)
             events += self._call_events(index, item)
             state.output.append(item)
@@ -200,3 +255,8 @@ class ResponseStream:
         if calls:
             message["tool_calls"] = calls
         return message
+
+
+def _chat_call(slot: dict[str, Any]) -> dict[str, Any]:
+    """An accumulated slot as a chat tool call (``call_item``'s input)."""
+    return {"id": slot["id"] or None, "function": {"name": slot["name"], "arguments": slot["arguments"]}}

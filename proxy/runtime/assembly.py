@@ -16,6 +16,7 @@ from proxy.config import Mode, ModelRoute
 from proxy.context.pipeline import AssemblyRecord
 from proxy.identity import SessionIdentity
 from proxy.runtime.branch import BranchTurn
+from proxy.runtime.calibration import TokenAccounting
 from proxy.runtime.limits import ModelLimits
 from proxy.session.store import Reconciliation
 
@@ -38,6 +39,7 @@ class TurnRequest:
     # One client request, the same over its proxy-owned rounds: what keeps its proxy steps its own.
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     ingress: Mapping[str, Any] | None = None  # a non-chat ingress's notes on its translation (for the trace)
+    tokens: TokenAccounting | None = None  # how this call counts tokens (the route's calibrated estimator)
 
 
 @dataclass(frozen=True)

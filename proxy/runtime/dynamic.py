@@ -20,20 +20,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from contributors.capabilities import DeferredToolPolicy, promoted_names, tool_name
-from contributors.skills import READ_SKILL
 from proxy.canonical import HistoryEntry, chain_hash
 from proxy.config import ModelRoute, Settings
 from proxy.context.checkpoint import Checkpoint
 from proxy.context.nonce import session_nonce
 from proxy.context.pipeline import AssemblyInput, ContextPipeline
 from proxy.context.previews import READ_TOOL_OUTPUT
-from proxy.context.state import SKILL_HEADER, StateConfig, derive_state
+from proxy.context.state import StateConfig, derive_state
+from proxy.context.types import ToolContext, tool_name
 from proxy.runtime.assembly import Candidate, CandidateRecord, SummaryBackoff, TurnRequest
 from proxy.runtime.provider import ProviderBackend
-from proxy.runtime.proxy_tools import ProxyToolbox, ToolContext
+from proxy.runtime.proxy_tools import ProxyToolbox, StoreToolSession
 from proxy.runtime.summarizer import ModelSummarizer
-from proxy.session.store import SessionStore, SkillRef, tool_output_ref
+from proxy.session.store import SessionStore, tool_output_ref
 
 PREVIEWED_REFS = "compaction.previewed_refs"
 INTERNAL_ANCHORS = "internal_steps.anchors"  # {chain hash a step followed: its steps' key}
@@ -70,7 +69,6 @@ class SessionAssembler:
         toolbox: ProxyToolbox,
         backend: ProviderBackend,
         summary_route: Callable[[ModelRoute], ModelRoute],
-        deferred: DeferredToolPolicy,
         state_config: StateConfig,
         framing_secret: bytes,
     ) -> None:
@@ -80,7 +78,6 @@ class SessionAssembler:
         self._toolbox = toolbox
         self._backend = backend
         self._summary_route = summary_route
-        self._deferred = deferred
         self._state_config = state_config
         self._framing_secret = framing_secret
 
@@ -90,8 +87,8 @@ class SessionAssembler:
         history = await self.history(request)
         context = self._tool_context(request, history)
         proxy_tools = self._toolbox.offered(context)
-        client_tools = self._deferred.visible_tools(context.client_tools, promoted_names(context.state))
-        tools = [dict(tool) for tool in client_tools]
+        withheld = self._toolbox.withheld(context)
+        tools = [dict(tool) for tool in context.client_tools if tool_name(tool) not in withheld]
         tools += [dict(tool.schema) for tool in proxy_tools if not tool.needs_references]
         reference_tools = [dict(tool.schema) for tool in proxy_tools if tool.needs_references]
         checkpoints, unreadable = _readable_checkpoints(await self._store.checkpoints(context_id))
@@ -114,13 +111,13 @@ class SessionAssembler:
                 nonce=session_nonce(self._framing_secret, context_id),
                 metadata=_mapping(request.body.get("metadata")),
                 headers=contributor_headers(request.headers),
-                options=self._settings.contributor_options,
                 state=context.state,
                 checkpoints=checkpoints,
                 previewed_refs=list(previewed),
                 forced=request.forced,
                 stated_limit=request.stated_limit,
                 output_reserve=limits.output_reserve_tokens,
+                estimator=request.tokens.estimator if request.tokens is not None else None,
             ),
             summarizer if may_summarize else None,
         )
@@ -156,6 +153,7 @@ class SessionAssembler:
             history=messages,
             client_tools=list(request.body.get("tools") or []),
             state=derive_state(messages, self._state_config, visible),
+            session=StoreToolSession(self._store, request.identity.context_id, request.reconciliation.head_hash),
         )
 
     async def run_proxy_step(
@@ -171,17 +169,12 @@ class SessionAssembler:
         asked for, and it is asked again right away with those results in place. Tools judge what is
         "still in context" (a skill body) against ``visible``, the history the model actually saw.
         """
-        context_id = request.identity.context_id
         history = await self.history(request)
         context = self._tool_context(request, history, visible)
         step: list[dict[str, Any]] = [{"role": "assistant", "content": message.get("content"), "tool_calls": calls}]
         for call in calls:
             result = await self._toolbox.run(context, call)
             step.append({"role": "tool", "tool_call_id": call["id"], "content": result})
-            skill = SKILL_HEADER.match(result) if call["function"]["name"] == READ_SKILL else None
-            if skill is not None:
-                ref = SkillRef(skill["name"], skill["revision"], request.reconciliation.head_hash)
-                await self._store.put_skill_ref(context_id, ref)
         await self.record_internal_step(request, step)
 
     async def history(self, request: TurnRequest) -> list[HistoryEntry]:

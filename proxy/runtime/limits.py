@@ -9,7 +9,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from proxy.config import ModelRoute, Settings
+from proxy.config import ConfigError, ModelRoute, Settings
+from proxy.errors import InvalidRequest
 
 # litellm's map does not know custom or self-hosted model names; assume a common modern window and
 # say so in the trace (``source``) rather than refusing to serve the model.
@@ -26,6 +27,13 @@ LEARNED_LIMIT_SECONDS = 3600.0
 MIN_LEARNED_TOKENS = 1024
 # Client model names resolved without a model_list: any string a client sends, so only a few are kept.
 UNROUTED_CACHE_SIZE = 32
+
+
+class ImpossibleLimits(InvalidRequest):
+    """The output reserve leaves nothing of the model's window for the input (400 for a request; at
+    start-up, for a configured route, a ``ConfigError``)."""
+
+    code = "output_reserve_exceeds_window"
 
 
 @dataclass(frozen=True)
@@ -62,7 +70,20 @@ def resolve_limits(settings: Settings, route: ModelRoute, lookup: ModelMapLookup
         max_tokens, source = FALLBACK_MAX_TOKENS, "fallback"
     max_output = route.max_output_tokens or mapped_output
     reserve = settings.output_reserve_tokens or min(DEFAULT_OUTPUT_RESERVE, max_output or DEFAULT_OUTPUT_RESERVE)
-    effective = max(1, max_tokens - reserve)
+    if reserve >= max_tokens:
+        # Clamping the input limit to a token would refuse or mangle every request; say why instead.
+        given = (
+            f"OUTPUT_RESERVE_TOKENS={reserve}"
+            if settings.output_reserve_tokens is not None
+            else f"the default output reserve ({reserve}; set OUTPUT_RESERVE_TOKENS)"
+        )
+        window = f"MODEL_MAX_TOKENS={max_tokens}" if source == "env" else f"{max_tokens} tokens, from {source}"
+        raise ImpossibleLimits(
+            f"{given} is not below the context window of model {route.model_name!r} ({window}): "
+            "nothing would be left for the input",
+            param="model",
+        )
+    effective = max_tokens - reserve
     if settings.context_window_tokens is not None:
         effective = min(effective, settings.context_window_tokens)
     return ModelLimits(
@@ -72,6 +93,16 @@ def resolve_limits(settings: Settings, route: ModelRoute, lookup: ModelMapLookup
         effective_input_tokens=effective,
         source=source,
     )
+
+
+def check_route_limits(settings: Settings, lookup: ModelMapLookup) -> None:
+    """Start-up check: every configured route leaves room for input after the output reserve; raises
+    ``ConfigError`` naming the reserve and the window."""
+    for route in settings.models:
+        try:
+            resolve_limits(settings, route, lookup)
+        except ImpossibleLimits as exc:
+            raise ConfigError(exc.message) from None
 
 
 class RouteLimits:
@@ -112,6 +143,8 @@ class RouteLimits:
             return False
         base = self._base(route)
         limit = max(stated, MIN_LEARNED_TOKENS, base.model_max_tokens // 4)
+        if limit <= base.output_reserve_tokens:
+            return False  # a window the reserve fills leaves no input: believing it would refuse every request
         if limit >= sent_tokens:
             return False  # that request fits the window to learn: the statement cannot be about it
         if limit >= self.get(route).model_max_tokens:

@@ -1,53 +1,35 @@
-"""Proxy-owned tools: offered to the model beside the client's, run here, never seen by the client.
+"""The toolbox: the proxy-owned tools of this proxy, offered beside the client's, run here, never seen
+by the client.
 
-``read_tool_output`` reads stored tool bodies back (the store answers only for the session's own
-references); ``read_skill`` returns a skill body once, with its revision; ``find_tools`` promotes
-deferred client tools. Each is a schema, a rule for when it is offered, and an async runner.
+``read_tool_output`` is the core tool, always there: it reads stored tool bodies back (the store
+answers only for the session's own references). Every other tool is a contribution: a loaded
+contributor factory offers it (``contributors/skills.py``: ``read_skill``; ``contributors/capabilities.py``:
+``find_tools``; a third-party package: its own), so the allow-list ``CONTEXT_PROXY_CONTRIBUTORS``
+governs them and this module names none of them.
 
-A client tool of the same name wins: ``read_skill`` and ``find_tools`` are then not offered at all
-(DESIGN.md). The reader cannot step aside like that, because previews and checkpoints tell the model to
-call it; it is offered under another name instead (``context_read_tool_output``, or with a number when
-the client has that too), chosen from the client's tool list alone, so it is the same on every call of
-the session and the prefix stays byte-stable. The model's calls of that name run here; its calls of
-the client's ``read_tool_output`` go to the client like any client call.
+A client tool of the same name wins: a contributed tool is then not offered at all (DESIGN.md). The
+reader cannot step aside like that, because previews and checkpoints tell the model to call it; it is
+offered under another name instead (``context_read_tool_output``, or with a number when the client has
+that too), chosen from the client's tool list alone, so it is the same on every call of the session and
+the prefix stays byte-stable. The model's calls of that name run here; its calls of the client's
+``read_tool_output`` go to the client like any client call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from contributors.capabilities import FIND_TOOLS, FIND_TOOLS_SCHEMA, DeferredToolPolicy, promoted_names, tool_name
-from contributors.skills import READ_SKILL, READ_SKILL_SCHEMA, SkillLibrary
 from proxy.context.previews import READ_TOOL_OUTPUT
-from proxy.context.state import SKILLS
 from proxy.context.tool_output_reader import READ_TOOL_OUTPUT_SCHEMA, read_tool_output
-from proxy.session.store import SessionStore
+from proxy.context.types import ClientToolGate, ProxyTool, ToolContext, tool_name
+from proxy.session.store import SessionStore, SkillRef
 
-
-@dataclass(frozen=True)
-class ToolContext:
-    """What a proxy tool may look at: the session, its canonical history, the client's tools, run state."""
-
-    context_id: str
-    history: Sequence[Mapping[str, Any]]
-    client_tools: Sequence[Mapping[str, Any]]
-    state: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class ProxyTool:
-    """A tool the proxy offers and runs itself."""
-
-    name: str
-    schema: Mapping[str, Any]
-    run: Callable[[ToolContext, str], Awaitable[str]]  # (context, raw JSON arguments) -> result text
-    offer_when: Callable[[ToolContext], bool]
-    needs_references: bool = False  # offered only once compaction left a preview or a checkpoint
-    # On a name clash with a client tool: True offers this one under another name, False leaves the
-    # client's alone and offers none.
-    renamed_on_clash: bool = False
+# Session-wide values a tool keeps (``ToolSession.put``) live in the store's state channels under this
+# prefix, at the chain hash ``""`` that every branch of the session reads as its root.
+_TOOL_STATE_PREFIX = "tool."
+_SESSION_WIDE = ""
 
 
 class _SessionOutputs:
@@ -61,52 +43,74 @@ class _SessionOutputs:
         return await self._store.tool_output(self._context_id, ref)
 
 
-def read_tool_output_tool(store: SessionStore) -> ProxyTool:
+@dataclass(frozen=True)
+class ReadToolOutput:
     """``read_tool_output``: offered once compaction previewed an output or wrote a checkpoint."""
 
-    async def run(context: ToolContext, arguments: str) -> str:
-        return await read_tool_output(_SessionOutputs(store, context.context_id), arguments)
+    store: SessionStore
+    name: str = READ_TOOL_OUTPUT
+    schema: Mapping[str, Any] = field(default_factory=lambda: READ_TOOL_OUTPUT_SCHEMA)
+    needs_references: bool = True
 
-    def offer_when(context: ToolContext) -> bool:
+    def offered(self, context: ToolContext) -> bool:
+        """Offered (once references are in play) when the history has a tool output to read back."""
         return any(message.get("role") == "tool" for message in context.history)
 
-    return ProxyTool(
-        READ_TOOL_OUTPUT, READ_TOOL_OUTPUT_SCHEMA, run, offer_when, needs_references=True, renamed_on_clash=True
-    )
+    async def run(self, context: ToolContext, arguments: str) -> str:
+        """The stored body, or the part of it asked for."""
+        return await read_tool_output(_SessionOutputs(self.store, context.context_id), arguments)
 
 
-def read_skill_tool(library: SkillLibrary, select: Sequence[str] | None) -> ProxyTool:
-    """``read_skill``: a skill body once, headed with its revision; a repeat read while the body is still
-    in context gets a pointer instead, so a body never appears twice in one request."""
+class StoreToolSession:
+    """A proxy tool's durable session records, in the session store: revision references in the
+    ``skill_refs`` table (written at the request's head), other values session-wide."""
 
-    async def run(context: ToolContext, arguments: str) -> str:
-        loaded = {ref["name"]: ref["revision"] for ref in context.state.get(SKILLS) or () if ref.get("visible")}
-        return library.run_read_skill(arguments, loaded=loaded, select=select)
+    def __init__(self, store: SessionStore, context_id: str, head_hash: str) -> None:
+        self._store = store
+        self._context_id = context_id
+        self._head_hash = head_hash
 
-    def offer_when(context: ToolContext) -> bool:
-        return bool(library.names())
+    async def revisions(self) -> Mapping[str, str]:
+        """Name -> the revision the session first read it at."""
+        first: dict[str, str] = {}
+        for ref in await self._store.skill_refs(self._context_id):
+            first.setdefault(ref.name, ref.revision)
+        return first
 
-    return ProxyTool(READ_SKILL, READ_SKILL_SCHEMA, run, offer_when)
+    async def record_revision(self, name: str, revision: str) -> None:
+        """Record a read of ``name`` at ``revision``."""
+        await self._store.put_skill_ref(self._context_id, SkillRef(name, revision, self._head_hash))
 
+    async def get(self, key: str) -> Any | None:
+        """The value kept under ``key``, or ``None``."""
+        found = await self._store.state_along(self._context_id, (_SESSION_WIDE,), _TOOL_STATE_PREFIX + key)
+        return None if found is None else found.value
 
-def find_tools_tool(policy: DeferredToolPolicy) -> ProxyTool:
-    """``find_tools``: a search over the deferred client tools; what it finds is offered from the next call."""
-
-    async def run(context: ToolContext, arguments: str) -> str:
-        text, _ = policy.run_find_tools(arguments, context.client_tools, promoted_names(context.state))
-        return text
-
-    def offer_when(context: ToolContext) -> bool:
-        return bool(policy.hidden_tools(context.client_tools, promoted_names(context.state)))
-
-    return ProxyTool(FIND_TOOLS, FIND_TOOLS_SCHEMA, run, offer_when)
+    async def put(self, key: str, value: Any) -> None:
+        """Keep ``value`` under ``key`` for the session."""
+        await self._store.put_state(self._context_id, _SESSION_WIDE, _TOOL_STATE_PREFIX + key, value)
 
 
 class ProxyToolbox:
-    """The proxy-owned tools of this proxy. A client tool of the same name always keeps its name."""
+    """The proxy-owned tools of this proxy: the core reader plus the loaded contributors' tools. A client
+    tool of the same name always keeps its name."""
 
-    def __init__(self, tools: Sequence[ProxyTool]) -> None:
-        self._tools = {tool.name: tool for tool in tools}
+    def __init__(self, reader: ReadToolOutput, contributed: Sequence[ProxyTool] = ()) -> None:
+        self._reader = reader
+        self._tools: dict[str, ProxyTool] = {reader.name: reader, **{tool.name: tool for tool in contributed}}
+
+    @property
+    def reader(self) -> ReadToolOutput:
+        """The core ``read_tool_output``."""
+        return self._reader
+
+    def withheld(self, context: ToolContext) -> frozenset[str]:
+        """Client tools a proxy tool keeps out of this call's offer (deferred tools not yet promoted)."""
+        names: set[str] = set()
+        for tool in self._tools.values():
+            if isinstance(tool, ClientToolGate):
+                names |= tool.withheld(context)
+        return frozenset(names)
 
     def session_tools(self, client_tools: Sequence[Mapping[str, Any]]) -> dict[str, ProxyTool]:
         """Every proxy tool a session with these client tools may be offered, by the name it has there
@@ -125,14 +129,14 @@ class ProxyToolbox:
         for name, tool in sorted(self._tools.items()):
             if name not in client_names:
                 names[name] = name
-            elif tool.renamed_on_clash:
+            elif tool is self._reader:
                 names[name] = _free_name(f"context_{name}", taken)
                 taken.add(names[name])
         return names
 
     def offered(self, context: ToolContext) -> list[ProxyTool]:
         """The proxy tools to offer for this call, under their session names, in a stable order."""
-        return [tool for tool in self.session_tools(context.client_tools).values() if tool.offer_when(context)]
+        return [tool for tool in self.session_tools(context.client_tools).values() if tool.offered(context)]
 
     async def run(self, context: ToolContext, call: Mapping[str, Any]) -> str:
         """Run one tool call of the model (by its session name); every failure is a result text the model
@@ -156,7 +160,7 @@ def _free_name(base: str, taken: set[str]) -> str:
 
 
 def _named(tool: ProxyTool, name: str) -> ProxyTool:
-    """``tool`` as offered under ``name`` (itself when the name is its own)."""
-    if name == tool.name:
+    """``tool`` as offered under ``name`` (itself when the name is its own; only the reader is renamed)."""
+    if name == tool.name or not isinstance(tool, ReadToolOutput):
         return tool
     return replace(tool, name=name, schema={**tool.schema, "function": {**tool.schema["function"], "name": name}})

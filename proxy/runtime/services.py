@@ -6,24 +6,28 @@ while sessions run.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from contributors.capabilities import DeferredToolPolicy
-from contributors.skills import SkillLibrary
 from proxy.config import ConfigError, ModelRoute, Settings
 from proxy.context.compactor import CompactionConfig, HistoryCompactor
 from proxy.context.estimators import CachingEstimator, ConservativeTokenEstimator
 from proxy.context.pipeline import ContextPipeline, PipelineConfig
 from proxy.context.pressure import PressureConfig
-from proxy.context.registry import ContextContributorRegistry, FactorySource, discover_factories
+from proxy.context.registry import (
+    ContextContributorRegistry,
+    FactorySource,
+    OptionsInvalid,
+    configure,
+    discover_factories,
+    proxy_tools,
+    state_channels,
+)
 from proxy.context.state import StateConfig
 from proxy.context.types import SCOPES
 from proxy.runtime.assembly import Assembler
+from proxy.runtime.calibration import TokenCalibrator
 from proxy.runtime.dynamic import SessionAssembler
-from proxy.runtime.limits import ModelMapLookup
+from proxy.runtime.limits import ModelMapLookup, check_route_limits
 from proxy.runtime.provider import ProviderBackend
-from proxy.runtime.proxy_tools import ProxyToolbox, find_tools_tool, read_skill_tool, read_tool_output_tool
+from proxy.runtime.proxy_tools import ProxyToolbox, ReadToolOutput
 from proxy.runtime.trace import TraceWriter
 from proxy.runtime.turn import TurnRunner
 from proxy.session import SqliteSessionStore, open_store
@@ -40,8 +44,9 @@ def build_runner(
 ) -> TurnRunner:
     """The runner for these settings; ``framing_secret`` is what the sessions' framing nonces derive
     from, ``assembler`` replaces the dynamic pipeline (tests)."""
-    state_config = StateConfig.from_options(settings.contributor_options)
+    check_route_limits(settings, model_map)
     factories = checked_factories(settings)
+    state_config = StateConfig(state_channels(factories))
     registries = {scope: ContextContributorRegistry(scope, factories) for scope in SCOPES}
     compactor = HistoryCompactor(
         CompactionConfig(
@@ -60,32 +65,37 @@ def build_runner(
             detailed_trace=settings.trace_enabled,
         ),
     )
-    options = settings.contributor_options
-    deferred = DeferredToolPolicy(options.get("capabilities", {}).get("deferred") or ())
-    tools = [read_tool_output_tool(store), find_tools_tool(deferred)]
-    skills = options.get("skills", {})
-    if skills.get("folder"):
-        tools.append(read_skill_tool(SkillLibrary(skills["folder"]), skills.get("select")))
-    toolbox = ProxyToolbox(tools)
+    toolbox = ProxyToolbox(ReadToolOutput(store), proxy_tools(factories))
 
     def summary_route(request_route: ModelRoute) -> ModelRoute:
         chosen = settings.route(settings.summary_model) if settings.summary_model else None
         return chosen or request_route
 
-    dynamic = SessionAssembler(
-        settings, store, pipeline, toolbox, backend, summary_route, deferred, state_config, framing_secret
-    )
+    dynamic = SessionAssembler(settings, store, pipeline, toolbox, backend, summary_route, state_config, framing_secret)
     traces = TraceWriter(settings.resolved_trace_dir) if settings.trace_enabled else None
     return TurnRunner(
-        settings, store, assembler or dynamic, backend, traces, model_map, dynamic, framing_secret=framing_secret
+        settings,
+        store,
+        assembler or dynamic,
+        backend,
+        traces,
+        model_map,
+        dynamic,
+        framing_secret=framing_secret,
+        calibrator=TokenCalibrator(settings, store),
     )
 
 
 def check_settings(settings: Settings) -> None:
-    """What only the installed packages can check, done before serving: contributor options, the
-    store URL's options, a SQLite store no other process has. Raises ``ConfigError`` naming the
+    """What only the installed packages can check, done before serving: contributor options, every
+    route's window against the output reserve, the store URL's options, a SQLite store no other
+    process has. Raises ``ConfigError`` naming the
     setting, or ``DataFolderInUse``."""
     checked_factories(settings)
+    if settings.models:
+        from proxy.runtime.provider import LiteLLMBackend  # deferred: litellm's import costs seconds
+
+        check_route_limits(settings, LiteLLMBackend(settings.provider_timeout_seconds).model_map_limits)
     if settings.store_url:
         try:
             open_store(settings.store_url, settings.data_dir, settings.session_lock_seconds)
@@ -100,23 +110,9 @@ def check_settings(settings: Settings) -> None:
 
 
 def checked_factories(settings: Settings) -> list[FactorySource]:
-    """The allowed contributor factories, each having checked its options from the config file."""
+    """The allowed contributor factories, each with its options validated from the config file once."""
     allow = set(settings.contributor_allow) if settings.contributor_allow is not None else None
-    factories = discover_factories(allow)
-    _validate_contributor_options(factories, settings.contributor_options)
-    return factories
-
-
-def _validate_contributor_options(factories: list[FactorySource], options: Mapping[str, Mapping[str, Any]]) -> None:
-    """Every contributor checks its own options at start-up; a typo stops the proxy, naming the key."""
-    known = {source.factory.id: source.factory for source in factories}
-    for contributor_id, raw in options.items():
-        factory = known.get(contributor_id)
-        if factory is None:
-            raise ConfigError(f"config file: contributors.{contributor_id} names no installed contributor")
-        validate = getattr(factory, "validate_options", None)
-        if validate is not None:
-            try:
-                validate(raw)
-            except ValueError as exc:
-                raise ConfigError(f"config file: {exc}") from None
+    try:
+        return configure(discover_factories(allow), settings.contributor_options)
+    except OptionsInvalid as exc:
+        raise ConfigError(f"config file: {exc}") from None

@@ -14,6 +14,7 @@ from typing import Any
 
 from proxy.config import ModelRoute
 from proxy.errors import ProxyError
+from proxy.runtime.call_tag import summarizer_call
 from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.trace import redact_llm_input
 
@@ -33,7 +34,8 @@ class ModelSummarizer:
         self.calls.append(record)
         started = time.perf_counter()
         try:
-            response = await self._backend.complete(llm_input)
+            with summarizer_call():  # record and replay tag this call as the summarizer's
+                response = await self._backend.complete(llm_input)
         except ProxyError as exc:
             record["error"] = exc.body()["error"]
             raise

@@ -2,7 +2,8 @@
 
 The stages return typed records (``AssemblyRecord`` from the pipeline, ``CandidateRecord`` from the
 session assembler, ``CompactionTrace`` from the compactor); the runner adds what only it knows
-(``CallRecord``). Nothing else builds trace JSON: ``trace_json`` is the only place that names a key,
+(``CallRecord``). A remote compaction (no turn, the summarizer answers) has its own record,
+``RemoteCompactionRecord``. Nothing else builds trace JSON: ``trace_json`` is the only place that names a key,
 and ``trace_schema.json`` beside this module is its contract. Every key is camelCase: dataclass field
 names are converted here, while the keys of data the trace quotes (``llmInput``, a contributor's raw
 output given as a mapping, an ingress's notes) are kept as they were.
@@ -11,16 +12,20 @@ output given as a mapping, an ingress's notes) are kept as they were.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from proxy.context.collector import Collection
 from proxy.context.pipeline import AssemblyRecord, CompactionRecord
+from proxy.identity import SessionIdentity
 from proxy.runtime.assembly import Candidate, CandidateRecord, TurnRequest
+from proxy.runtime.calibration import TokenAccounting
+from proxy.runtime.limits import ModelLimits
 from proxy.runtime.redaction import redact_llm_input
+from proxy.session.store import Reconciliation
 
-__all__ = ["CallRecord", "trace_json"]
+__all__ = ["CallRecord", "RemoteCompactionRecord", "remote_compaction_json", "trace_json"]
 
 
 @dataclass
@@ -30,10 +35,33 @@ class CallRecord:
     request: TurnRequest
     candidate: Candidate | None  # None in legacy mode: nothing was assembled
     llm_input: dict[str, Any]
+    client_tokens: int  # the client's own request, estimated like ``estimatedTokens``: what a passthrough sends
     recovery: int = 0  # 1 on the forced retry after a provider overflow
     recovery_reason: str = ""  # the provider's overflow message that caused the retry
     provider_error: Mapping[str, Any] | None = None  # the OpenAI-shaped error, when the call failed
     provider_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class RemoteCompactionRecord:
+    """A client's compaction request answered by the summarizer (the Responses ingress): no turn, so
+    nothing was assembled; ``llm_input`` is the summarizer's (already redacted) request."""
+
+    identity: SessionIdentity
+    turn: int
+    model: str  # the summary route's model name
+    limits: ModelLimits
+    reconciliation: Reconciliation
+    tokens_before: int
+    tokens_after: int
+    summary_source_tokens: int
+    checkpoint_tokens: int
+    summarizer_calls: Sequence[Mapping[str, Any]]
+    rejections: Sequence[str]
+    summarized_messages: int
+    fallback: str | None  # why the deterministic checkpoint was used, when it was
+    request_kind: str  # ``responses/compact`` or ``compaction_trigger``
+    llm_input: Mapping[str, Any]
 
 
 def trace_json(call: CallRecord) -> dict[str, Any]:
@@ -51,18 +79,9 @@ def trace_json(call: CallRecord) -> dict[str, Any]:
         "scope": request.identity.scope,
         "model": request.route.model_name,
         "selectedPath": "legacy" if call.candidate is None else "dynamic",
-        "budgets": {
-            "modelMaxTokens": limits.model_max_tokens,
-            "outputReserveTokens": limits.output_reserve_tokens,
-            "contextWindowTokens": limits.context_window_tokens,
-            "effectiveInputTokens": limits.effective_input_tokens,
-            "source": limits.source,
-        },
+        "budgets": _budgets_json(limits, request.tokens),
         "session": {
-            "headHash": reconciliation.head_hash,
-            "knownMessages": reconciliation.known_count,
-            "newMessages": len(reconciliation.new_messages),
-            "forked": reconciliation.forked,
+            **_session_json(reconciliation),
             **({"branch": request.branch.record()} if request.branch is not None else {}),
         },
         **_pipeline_json(pipeline),
@@ -70,6 +89,8 @@ def trace_json(call: CallRecord) -> dict[str, Any]:
     }
     if request.ingress:
         trace["ingress"] = _plain(request.ingress)
+    # Set against the candidate, what the client's own request costs says what the proxy saved, in every mode.
+    trace["clientTokens"] = call.client_tokens
     trace["llmInput"] = redact_llm_input(call.llm_input)
     if call.recovery:
         trace["recovery"] = {
@@ -82,6 +103,76 @@ def trace_json(call: CallRecord) -> dict[str, Any]:
     if call.provider_ms is not None:
         trace["providerMs"] = call.provider_ms
     return trace
+
+
+def remote_compaction_json(record: RemoteCompactionRecord) -> dict[str, Any]:
+    """The schema-v5 trace of a remote compaction: the stage keys null, ``compaction`` saying what was
+    covered and whether the deterministic fallback was used (without ``schemaVersion``)."""
+    identity = record.identity
+    compaction: dict[str, Any] = {
+        "reason": "client_compaction_request",
+        "tokensBefore": record.tokens_before,
+        "tokensAfter": record.tokens_after,
+        "compactedRefs": [],
+        "summarySourceTokens": record.summary_source_tokens,
+        "checkpointTokens": record.checkpoint_tokens,
+        "attempts": len(record.summarizer_calls),
+        "rejections": list(record.rejections),
+        "summarizedMessages": record.summarized_messages,
+    }
+    if record.fallback:
+        compaction["fallback"] = {"kind": "deterministic", "reason": record.fallback}
+    return {
+        "contextId": identity.context_id,
+        "contextIdSource": identity.source,
+        "turn": record.turn,
+        "mode": "dynamic",
+        "scope": identity.scope,
+        "model": record.model,
+        "selectedPath": "dynamic",
+        "budgets": _budgets_json(record.limits, None),
+        "session": _session_json(record.reconciliation),
+        "contributors": [],
+        "collection": None,
+        "admitted": None,
+        "renderedContext": None,
+        "compaction": compaction,
+        "summarizerCalls": _plain(record.summarizer_calls),
+        "ingress": {"api": "responses", "request": record.request_kind},
+        "llmInput": dict(record.llm_input),
+    }
+
+
+def _budgets_json(limits: ModelLimits, tokens: TokenAccounting | None) -> dict[str, Any]:
+    return {
+        "modelMaxTokens": limits.model_max_tokens,
+        "outputReserveTokens": limits.output_reserve_tokens,
+        "contextWindowTokens": limits.context_window_tokens,
+        "effectiveInputTokens": limits.effective_input_tokens,
+        "source": limits.source,
+        **({"estimator": _estimator_json(tokens)} if tokens is not None else {}),
+    }
+
+
+def _session_json(reconciliation: Reconciliation) -> dict[str, Any]:
+    return {
+        "headHash": reconciliation.head_hash,
+        "knownMessages": reconciliation.known_count,
+        "newMessages": len(reconciliation.new_messages),
+        "forked": reconciliation.forked,
+    }
+
+
+def _estimator_json(tokens: TokenAccounting) -> dict[str, Any]:
+    """How this call counted tokens: the estimator, its encoding, and a calibrated route's correction."""
+    correction = tokens.correction
+    return {
+        "name": tokens.name,
+        "encoding": tokens.encoding,
+        "ratio": correction.ratio if correction else None,
+        "margin": correction.margin if correction else None,
+        "samples": correction.samples if correction else 0,
+    }
 
 
 def _pipeline_json(record: AssemblyRecord | None) -> dict[str, Any]:

@@ -26,8 +26,10 @@ from proxy.context.estimators import ConservativeTokenEstimator
 from proxy.context.nonce import session_nonce
 from proxy.errors import AssemblyFailed, ContextOverflow, ProxyError, SessionConflict
 from proxy.identity import SessionIdentity
+from proxy.runtime import call_tag
 from proxy.runtime.assembly import Assembler, Candidate, TurnRequest
 from proxy.runtime.branch import BranchTurn, branch_of, first_branch_turn, next_branch_turn
+from proxy.runtime.calibration import TokenCalibrator, usage_of
 from proxy.runtime.limits import ModelLimits, ModelMapLookup, RouteLimits
 from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.stream_buffer import accumulate, synthesize
@@ -205,6 +207,7 @@ class TurnRunner:
         steps: ProxyStepRunner | None = None,
         clock: Callable[[], float] = time.monotonic,
         framing_secret: bytes = b"",
+        calibrator: TokenCalibrator | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -215,6 +218,7 @@ class TurnRunner:
         self._limits = RouteLimits(settings, model_map, clock)
         self._branch_hashes = ChainMemo()
         self._framing_secret = framing_secret
+        self.calibrator = calibrator or TokenCalibrator(settings, store)
 
     def framing_nonce(self, context_id: str) -> str:
         """The session's framing nonce: what its hidden wrappers and checkpoint tags carry."""
@@ -260,14 +264,26 @@ class TurnRunner:
         turn = await self.store.next_turn(identity.context_id)
         branch = await self._first_branch_turn(reconciliation)
         limits = self.limits_for(route)
+        tokens = await self.calibrator.accounting(route)
         return TurnRequest(
-            identity, mode, route, limits, body, headers, reconciliation, turn, branch=branch, ingress=ingress
+            identity,
+            mode,
+            route,
+            limits,
+            body,
+            headers,
+            reconciliation,
+            turn,
+            branch=branch,
+            ingress=ingress,
+            tokens=tokens,
         )
 
     async def _answer(self, request: TurnRequest) -> Answer:
         """Call the model until it answers without a proxy-owned tool (or the round limit is reached)."""
         rounds = 0
         while True:
+            call_tag.begin_round(rounds)  # record and replay: which call this is (proxy/runtime/call_tag.py)
             reply = await self._call(request)
             answer, calls = reply.answer, reply.proxy_calls()
             offered = self.steps is not None  # proxy tools are only offered by an assembler that also runs them
@@ -350,10 +366,19 @@ class TurnRunner:
     async def _attempt(self, request: TurnRequest, recovery: int, reason: str = "") -> _Reply:
         """Assemble (unless legacy), call the provider once, and trace this attempt (a live stream's trace
         is written when the stream ends)."""
+        call_tag.begin_attempt(recovery)  # record and replay: the first attempt or the overflow retry
         candidate = None if request.mode == "legacy" else await self.assembler.assemble(request)
         sent = candidate if request.mode == "dynamic" else None
         llm_input = build_llm_input(request.body, request.route, sent)
-        record = CallRecord(request, candidate, llm_input, recovery, reason)
+        # The usage of a streamed answer is the calibration's only source for it: in dynamic mode the
+        # proxy asks for it and keeps it from a client that did not (shadow and legacy send what the
+        # client sent, so they learn only when the client asked).
+        strip_usage = sent is not None and bool(request.body.get("stream")) and not _asks_usage(llm_input)
+        if strip_usage:
+            llm_input["stream_options"] = {**(llm_input.get("stream_options") or {}), "include_usage": True}
+        if request.mode == "shadow" and candidate is not None:  # record and replay compare shadow candidates
+            call_tag.offer_shadow_candidate(lambda: build_llm_input(request.body, request.route, candidate))
+        record = CallRecord(request, candidate, llm_input, _client_tokens(request.body), recovery, reason)
         proxy_tools = sent.proxy_tools if sent is not None else frozenset()
         visible = sent.visible_history if sent is not None else ()
         started = time.perf_counter()
@@ -361,12 +386,16 @@ class TurnRunner:
         try:
             answer: Answer
             if not request.body.get("stream"):
-                answer = Completion(await self.backend.complete(llm_input))
+                response = await self.backend.complete(llm_input)
+                await self.calibrator.observe(request.route, llm_input, response.get("usage"))
+                answer = Completion(response)
             elif proxy_tools:
-                answer = BufferedStream([chunk async for chunk in await self.backend.stream(llm_input)])
+                buffered = [chunk async for chunk in await self.backend.stream(llm_input)]
+                await self.calibrator.observe(request.route, llm_input, usage_of(buffered))
+                answer = BufferedStream([kept for c in buffered if (kept := _client_chunk(c, strip_usage)) is not None])
             else:
                 chunks = await self.backend.stream(llm_input)
-                answer, live = LiveStream(self._finish_stream(chunks, record)), True
+                answer, live = LiveStream(self._finish_stream(chunks, record, strip_usage)), True
             return _Reply(answer, proxy_tools, visible)
         except ProxyError as exc:
             record.provider_error = exc.body()["error"]
@@ -379,12 +408,18 @@ class TurnRunner:
                 self._write_trace(record)
 
     async def _finish_stream(
-        self, chunks: AsyncIterator[dict[str, Any]], record: CallRecord
+        self, chunks: AsyncIterator[dict[str, Any]], record: CallRecord, strip_usage: bool
     ) -> AsyncIterator[dict[str, Any]]:
-        """Relay the chunks; the trace is written when the stream ends, fails or is dropped."""
+        """Relay the chunks (without the usage the proxy asked for itself), learn from the usage when the
+        stream ends; the trace is written when the stream ends, fails or is dropped."""
+        usage = None
         try:
             async for chunk in chunks:
-                yield chunk
+                usage = chunk.get("usage") or usage
+                kept = _client_chunk(chunk, strip_usage)
+                if kept is not None:
+                    yield kept
+            await self.calibrator.observe(record.request.route, record.llm_input, usage)
         except ProxyError as exc:
             record.provider_error = exc.body()["error"]
             raise
@@ -400,6 +435,21 @@ class TurnRunner:
         if self.traces is not None:
             request = record.request
             self.traces.write(request.identity.context_id, request.turn, trace_json(record), recovery=record.recovery)
+
+
+def _asks_usage(llm_input: Mapping[str, Any]) -> bool:
+    options = llm_input.get("stream_options")
+    return isinstance(options, Mapping) and bool(options.get("include_usage"))
+
+
+def _client_chunk(chunk: dict[str, Any], strip_usage: bool) -> dict[str, Any] | None:
+    """The chunk as the client gets it: without ``usage`` when only the proxy asked for it (``None``: a
+    chunk that carried nothing else)."""
+    if not strip_usage or "usage" not in chunk:
+        return chunk
+    if not chunk.get("choices"):
+        return None
+    return {key: value for key, value in chunk.items() if key != "usage"}
 
 
 def _without_proxy_calls(reply: _Reply, rounds: int) -> Answer:
@@ -450,3 +500,9 @@ def _estimated_size(llm_input: dict[str, Any], counts_output: bool) -> int:
         requested = llm_input.get("max_completion_tokens") or llm_input.get("max_tokens")
         size += requested if isinstance(requested, int) else 0
     return size
+
+
+def _client_tokens(body: Mapping[str, Any]) -> int:
+    """What the client's own request costs (estimated like ``estimatedTokens``): what a passthrough would
+    send, so a report can set it against the candidate in every mode."""
+    return _estimated_size({"messages": body.get("messages"), "tools": body.get("tools")}, counts_output=False)

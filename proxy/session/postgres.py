@@ -392,6 +392,46 @@ class PostgresSessionStore:
 
         return await self._write(work)
 
+    async def calibration(self, route_key: str) -> Any | None:
+        """The route's stored token calibration, or ``None``."""
+        text = await self._read(
+            lambda conn: conn.fetchval("SELECT state FROM token_calibration WHERE route_key = $1", route_key)
+        )
+        return None if text is None else rc.load_json(text)
+
+    async def update_calibration(
+        self, route_key: str, group: str, update: Callable[[Any | None], Any], keep: int | None = None
+    ) -> Any:
+        """Read, update and write the route's calibration with its row locked; trim the group to ``keep``."""
+
+        async def work(conn: Any) -> Any:
+            # The row exists before it is locked, so two replicas' first samples for a route take turns
+            # instead of one overwriting the other.
+            await conn.execute(
+                "INSERT INTO token_calibration (route_key, route_group, state) VALUES ($1, $2, 'null'::json)"
+                " ON CONFLICT (route_key) DO NOTHING",
+                route_key,
+                group,
+            )
+            text = await conn.fetchval("SELECT state FROM token_calibration WHERE route_key = $1 FOR UPDATE", route_key)
+            value = update(rc.load_json(text))
+            await conn.execute(
+                "UPDATE token_calibration SET state = $2::json, updated_at = clock_timestamp() WHERE route_key = $1",
+                route_key,
+                rc.json_text(value),
+            )
+            if keep is not None:
+                await conn.execute(
+                    "DELETE FROM token_calibration WHERE route_group = $1 AND route_key NOT IN ("
+                    " SELECT route_key FROM token_calibration WHERE route_group = $1"
+                    " ORDER BY updated_at DESC, route_key LIMIT $2)",
+                    group,
+                    keep,
+                )
+            return value
+
+        return await self._write(work)
+
 
 def split_url_options(url: str) -> tuple[str, dict[str, str]]:
     """The URL without our query parameters (``schema``, ``pool_size``, ``lock_connections``), and those."""

@@ -81,6 +81,17 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         );
         """,
     ),
+    (
+        3,
+        """
+        CREATE TABLE token_calibration (
+            route_key text PRIMARY KEY,
+            route_group text NOT NULL,
+            state json NOT NULL,
+            updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+        );
+        """,
+    ),
 )
 
 

@@ -400,6 +400,39 @@ class SqliteSessionStore:
 
         return await self._w().write(work)
 
+    async def calibration(self, route_key: str) -> Any | None:
+        """The route's stored token calibration, or ``None``."""
+        row = await self._r().run(
+            lambda conn: conn.execute(
+                "SELECT state FROM token_calibration WHERE route_key = ?", (route_key,)
+            ).fetchone()
+        )
+        return None if row is None else rc.load_json(row[0])
+
+    async def update_calibration(
+        self, route_key: str, group: str, update: Callable[[Any | None], Any], keep: int | None = None
+    ) -> Any:
+        """Read, update and write the route's calibration under the one writer; trim the group to ``keep``."""
+
+        def work(conn: sqlite3.Connection) -> Any:
+            row = conn.execute("SELECT state FROM token_calibration WHERE route_key = ?", (route_key,)).fetchone()
+            value = update(None if row is None else rc.load_json(row[0]))
+            conn.execute(
+                "INSERT INTO token_calibration (route_key, route_group, state, updated_at) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (route_key) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at",
+                (route_key, group, rc.json_text(value), _now()),
+            )
+            if keep is not None:
+                conn.execute(
+                    "DELETE FROM token_calibration WHERE route_group = ? AND route_key NOT IN ("
+                    " SELECT route_key FROM token_calibration WHERE route_group = ?"
+                    " ORDER BY updated_at DESC, route_key LIMIT ?)",
+                    (group, group, keep),
+                )
+            return value
+
+        return await self._w().write(work)
+
 
 def _is_ancestor(conn: sqlite3.Connection, context_id: str, candidate: str, head: str, position: int) -> bool:
     """Whether ``candidate`` (at ``position``) lies on the branch ending at ``head``."""

@@ -75,6 +75,17 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         );
         """,
     ),
+    (
+        3,
+        """
+        CREATE TABLE token_calibration (
+            route_key TEXT PRIMARY KEY,
+            route_group TEXT NOT NULL,
+            state TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        );
+        """,
+    ),
 )
 
 

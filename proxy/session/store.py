@@ -9,7 +9,7 @@ branch at the first divergent message, and nothing a client ever sent is overwri
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -142,3 +142,13 @@ class SessionStore(Protocol):
     async def secret(self, name: str) -> bytes:
         """The deployment's secret ``name``: made once with ``secrets.token_bytes(SECRET_BYTES)`` by whichever
         process asks first, then the same for every process and replica on this store."""
+
+    async def calibration(self, route_key: str) -> Any | None:
+        """The token calibration stored for a route (JSON), or ``None``; shared by every replica."""
+
+    async def update_calibration(
+        self, route_key: str, group: str, update: Callable[[Any | None], Any], keep: int | None = None
+    ) -> Any:
+        """Replace a route's calibration by ``update(current)`` in one transaction (concurrent updates of one
+        route never lose each other's samples) and return it. With ``keep``, only the ``keep`` most recently
+        updated routes of ``group`` are kept (routes named by clients must not grow the table)."""

@@ -121,3 +121,27 @@ def test_never_cuts_a_protected_section_and_never_exceeds(sections: list[Section
     for section in result.sections:
         original = next(s for s in sections if s.id == section.id)
         assert section.text == original.text or "[truncated by the context budget" in section.text
+
+
+def test_messages_are_admitted_by_priority_and_sent_in_collection_order() -> None:
+    """A long list collected first cannot push out a message whose contributor ranks before it."""
+    long_list = ContextMessage("artifact.state", "figure saved. " * 400, "artifact")
+    plan = ContextMessage("plan.state", "1. [in_progress] write up", "plan")
+    tail = ContextMessage("review.state", "accepted", "review")
+    base = collection(messages=[long_list, plan, tail])
+    ranked = Collection(
+        *[getattr(base, f) for f in ("scope", "runs", "sections", "messages", "attachments")],
+        (),
+        {
+            "artifact.state": 60,
+            "plan.state": 10,
+            "review.state": 40,
+        },
+    )
+    budget = 300
+    unranked = apply_context_budget(base, 100, budget, EST, nonce=NONCE)
+    assert "plan.state" not in [m.id for m in unranked.messages]  # collection order: the list took it all
+    admitted = apply_context_budget(ranked, 100, budget, EST, nonce=NONCE)
+    assert [m.id for m in admitted.messages] == ["artifact.state", "plan.state", "review.state"]  # send order
+    assert admitted.messages[1] == plan and admitted.messages[2] == tail  # whole
+    assert "[truncated by the context budget" in admitted.messages[0].content

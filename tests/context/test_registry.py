@@ -141,3 +141,104 @@ def test_entry_point_that_is_not_a_factory(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(RegistryError, match="not a ContextContributorFactory"):
         discover_factories({"bad"})
+
+
+@dataclass
+class Declaring(Contributor):
+    priority: int = 100
+    owns_client_instructions: bool = False
+
+
+@dataclass
+class DeclaringFactory:
+    id: str
+    contributor: Declaring
+
+    def create(self, scope: Scope) -> Declaring:
+        return self.contributor
+
+
+def test_a_third_party_priority_is_held_below_the_built_in_projections() -> None:
+    """A package declaring priority 0 is admitted no earlier than THIRD_PARTY_MIN_PRIORITY."""
+    from proxy.context.types import THIRD_PARTY_MIN_PRIORITY
+
+    own = FactorySource(DeclaringFactory("own", Declaring("own", priority=5)), "builtin")
+    third = FactorySource(DeclaringFactory("pkg", Declaring("pkg", priority=0)), "pkg (dist)", may_protect=False)
+    registry = ContextContributorRegistry("main", [own, third])
+    assert registry.priority_of("own") == 5
+    assert registry.priority_of("pkg") == THIRD_PARTY_MIN_PRIORITY > 10  # the plan and skill notice are 10
+    with pytest.raises(RegistryError, match="priority must be an integer"):
+        ContextContributorRegistry("main", [FactorySource(DeclaringFactory("x", Declaring("x", priority="1")), "x")])
+
+
+def test_owning_the_client_instructions_is_declared_and_needs_protection() -> None:
+    """The assembler no longer matches the id "identity": a protected contributor declares it."""
+    renamed = Declaring("persona", protected=True, owns_client_instructions=True)
+    assert ContextContributorRegistry("main", [DeclaringFactory("persona", renamed)]).owns_client_instructions
+    unprotected = Declaring("identity", owns_client_instructions=True)
+    assert not ContextContributorRegistry("main", [DeclaringFactory("identity", unprotected)]).owns_client_instructions
+    package = FactorySource(DeclaringFactory("pkg", renamed), "pkg (dist)", may_protect=False)
+    assert not ContextContributorRegistry("main", [package]).owns_client_instructions
+
+
+@dataclass
+class Tool:
+    name: str
+    schema: dict = field(default_factory=dict)
+    needs_references: bool = False
+
+    def offered(self, context: object) -> bool:
+        return True
+
+    async def run(self, context: object, arguments: str) -> str:
+        return "ok"
+
+
+@dataclass
+class ToolFactory:
+    id: str
+    offers: list = field(default_factory=list)
+
+    def create(self, scope: Scope) -> None:
+        return None
+
+    def tools(self, options: object) -> list:
+        return self.offers
+
+
+def test_contributed_tools_are_checked_and_named_once() -> None:
+    from proxy.context.registry import proxy_tools
+
+    a = FactorySource(ToolFactory("a", [Tool("lookup")]), "entry point 'a' (dist-a)")
+    assert [t.name for t in proxy_tools([a])] == ["lookup"]
+    b = FactorySource(ToolFactory("b", [Tool("lookup")]), "entry point 'b' (dist-b)")
+    with pytest.raises(RegistryError, match=r"duplicate tool 'lookup': from entry point 'a' \(dist-a\) and entry"):
+        proxy_tools([a, b])
+    with pytest.raises(RegistryError, match="the proxy's own"):
+        proxy_tools([FactorySource(ToolFactory("c", [Tool("read_tool_output")]), "c")])
+    with pytest.raises(RegistryError, match="not a ProxyTool"):
+        proxy_tools([FactorySource(ToolFactory("d", ["not a tool"]), "d")])
+
+
+def test_options_are_validated_once_and_each_factory_gets_its_own() -> None:
+    from pydantic import BaseModel, ConfigDict, Field
+
+    from proxy.context.registry import OptionsInvalid, configure
+
+    class Options(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        limit: int = Field(3, gt=0)
+
+    @dataclass
+    class Typed(Factory):
+        options_model: type = Options
+
+    sources = configure([FactorySource(Typed("a"), "a"), FactorySource(Factory("b"), "b")], {"a": {"limit": 7}})
+    registry = ContextContributorRegistry("main", sources)
+    assert registry.options_of("a") == Options(limit=7) and dict(registry.options_of("b")) == {}
+    with pytest.raises(OptionsInvalid, match=r"contributors\.a\.limit: Input should be greater than 0 \(got 0\)"):
+        configure([FactorySource(Typed("a"), "a")], {"a": {"limit": 0}})
+    with pytest.raises(OptionsInvalid, match=r"contributors\.a\.lmit: Extra inputs are not permitted"):
+        configure([FactorySource(Typed("a"), "a")], {"a": {"lmit": 1}})
+    with pytest.raises(OptionsInvalid, match=r"contributors\.c names no installed contributor"):
+        configure([FactorySource(Typed("a"), "a")], {"c": {}})

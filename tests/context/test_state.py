@@ -7,15 +7,12 @@ from typing import Any
 
 import pytest
 
+from contributors.plan import plan_problem, plan_progress
+from contributors.projection import RecordChannel
 from proxy.context.previews import render_preview
-from proxy.context.state import (
-    StateConfig,
-    bounded,
-    derive_state,
-    is_successful,
-    plan_problem,
-    plan_progress,
-)
+from proxy.context.registry import OptionsInvalid
+from proxy.context.state import StateConfig, bounded, is_successful
+from tests.builtin_state import builtin_config, derive_state
 
 
 def call(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
@@ -167,7 +164,9 @@ def test_a_session_first_seen_mid_run_fills_every_channel() -> None:
 
 
 def test_large_arguments_are_bounded() -> None:
-    state = derive_state(mid_run_history(), StateConfig(value_chars=100))
+    state = derive_state(
+        mid_run_history(), StateConfig((RecordChannel("artifact", frozenset({"write_artifact"}), value_chars=100),))
+    )
     content = state["artifact"]["entries"][0]["arguments"]["content"]
     assert content.startswith("x" * 100) and "+4900 chars" in content
     assert bounded(list(range(30)), 10)[-1] == "… [+10 items]"
@@ -177,13 +176,15 @@ def test_record_channels_keep_the_latest_entries_and_count_all() -> None:
     history: list[dict[str, Any]] = [USER]
     for k in range(5):
         history += [step(call(f"m{k}", "remember", {"k": k})), result(f"m{k}", "ok")]
-    memory = derive_state(history, StateConfig(max_entries=2))["memory"]
+    memory = derive_state(history, StateConfig((RecordChannel("memory", frozenset({"remember"}), max_entries=2),)))[
+        "memory"
+    ]
     assert memory["total"] == 5
     assert [e["tool_call_id"] for e in memory["entries"]] == ["m3", "m4"]
 
 
 def test_operator_tool_names_replace_the_defaults() -> None:
-    config = StateConfig.from_options({"memory": {"tools": ["note"]}})
+    config = builtin_config({"memory": {"tools": ["note"]}})
     history = [
         USER,
         step(call("n1", "note", {"x": 1}), call("r1", "remember", {"x": 2})),
@@ -192,8 +193,8 @@ def test_operator_tool_names_replace_the_defaults() -> None:
     ]
     entries = derive_state(history, config)["memory"]["entries"]
     assert [e["tool"] for e in entries] == ["note"]
-    with pytest.raises(ValueError, match=r"contributors\.memory\.tools"):
-        StateConfig.from_options({"memory": {"tools": "note"}})
+    with pytest.raises(OptionsInvalid, match=r"contributors\.memory\.tools"):
+        builtin_config({"memory": {"tools": "note"}})
 
 
 def test_skill_reference_is_invisible_once_its_result_is_compacted_or_gone() -> None:
@@ -241,9 +242,17 @@ def test_plan_progress_without_its_anchor_omits_the_counters() -> None:
     state = derive_state(history, visible=[USER, {"role": "assistant", "content": "later"}])
     assert state["plan"]["plan"] == [{"step": "a", "status": "pending"}]  # the plan survives compaction
     assert state["plan"]["progress"] == {"toolCallId": "p1", "anchorFound": False}
-    assert plan_progress("missing", history, StateConfig()) == {"toolCallId": "missing", "anchorFound": False}
+    assert plan_progress("missing", history) == {"toolCallId": "missing", "anchorFound": False}
 
 
 def test_a_result_before_its_call_does_not_count() -> None:
     history = [USER, result("p1", "ok"), step(call("p1", "update_plan", plan(("a", "pending"))))]
     assert derive_state(history)["plan"] is None
+
+
+def test_the_generic_state_names_no_channel_of_its_own_but_diagnostics() -> None:
+    history = [USER, step(call("p1", "update_plan", plan(("a", "pending")))), result("p1", "ok")]
+    assert StateConfig().channels == ()
+    from proxy.context.state import derive_state as bare
+
+    assert bare(history) == {"diagnostics": []}

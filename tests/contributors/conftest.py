@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from proxy.context.collector import Collection, collect_detailed
-from proxy.context.registry import ContextContributorRegistry, discover_factories
+from proxy.context.registry import ContextContributorRegistry, configure, discover_factories
 from proxy.context.types import ContributionRequest, Scope
 
 Collect = Callable[..., Awaitable[Collection]]
@@ -17,11 +17,11 @@ Collect = Callable[..., Awaitable[Collection]]
 
 @pytest.fixture
 def collect() -> Collect:
-    """``await collect(scope, **request fields)``: the built-ins' validated collection for one call."""
-    factories = discover_factories()
+    """``await collect(scope, options=<contributors: section>, **request fields)``: the built-ins' validated
+    collection for one call, options validated at composition as at start-up."""
 
-    async def run(scope: Scope = "main", **fields: Any) -> Collection:
-        registry = ContextContributorRegistry(scope, factories)
+    async def run(scope: Scope = "main", options: dict[str, Any] | None = None, **fields: Any) -> Collection:
+        registry = ContextContributorRegistry(scope, configure(discover_factories(), options or {}))
         return await collect_detailed(registry, ContributionRequest(scope=scope, context_id="ctx", **fields))
 
     return run

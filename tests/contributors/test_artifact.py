@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.context.state import derive_state
+from proxy.context.registry import OptionsInvalid
+from tests.builtin_state import derive_state
 
 
 @pytest.mark.parametrize("scope", ["main", "subagent", "reviewer"])
@@ -16,9 +17,8 @@ async def test_every_scope_sees_artifacts(collect, tool_step, scope) -> None:
     assert len(message.content) < 1000
 
 
-async def test_invalid_tools_option_fails_only_this_contributor(collect, tool_step) -> None:
-    history = tool_step("w1", "write_artifact", {"path": "a"}, "saved")
-    collection = await collect(history=history, options={"artifact": {"tools": "write_artifact"}})
-    (run,) = [r for r in collection.runs if r.contributor_id == "artifact"]
-    assert run.status == "error" and "contributors.artifact.tools" in run.error
-    assert "artifact.state" not in [m.id for m in collection.messages]
+async def test_an_invalid_tools_option_is_refused_at_composition_naming_the_field(collect) -> None:
+    with pytest.raises(OptionsInvalid, match=r"contributors\.artifact\.tools: Input should be a valid list"):
+        await collect(options={"artifact": {"tools": "write_artifact"}})
+    with pytest.raises(OptionsInvalid, match=r"contributors\.artifact\.tools: List should have at least 1 item"):
+        await collect(options={"artifact": {"tools": []}})

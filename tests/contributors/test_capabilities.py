@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from contributors.base import OptionsError
 from contributors.capabilities import FIND_TOOLS_SCHEMA, DeferredToolPolicy, factory, promoted_names, tool_name
-from proxy.context.state import derive_state
+from proxy.context.registry import FactorySource, OptionsInvalid, configure
+from tests.builtin_state import derive_state
 
 
 def tool(name: str, description: str = "") -> dict[str, Any]:
@@ -104,5 +104,5 @@ async def test_section_is_stable_for_the_same_offer_in_any_order(collect) -> Non
 
 
 def test_deferred_option_must_be_a_list() -> None:
-    with pytest.raises(OptionsError, match=r"contributors\.capabilities\.deferred"):
-        factory.validate_options({"deferred": "mcp__*"})
+    with pytest.raises(OptionsInvalid, match=r"contributors\.capabilities\.deferred"):
+        configure([FactorySource(factory, "test")], {"capabilities": {"deferred": "mcp__*"}})

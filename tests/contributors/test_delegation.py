@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.context.state import derive_state
+from tests.builtin_state import derive_state
 
 
 async def test_main_sees_delegations_subagent_does_not(collect, tool_step) -> None:

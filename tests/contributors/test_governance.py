@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from contributors.base import OptionsError
 from contributors.governance import AUTHORITY_RULE, factory
+from proxy.context.registry import FactorySource, OptionsInvalid, configure
 
 
 async def test_authority_rule_always_present_and_protected(collect) -> None:
@@ -24,5 +24,5 @@ async def test_operator_policy_follows_the_rule(collect) -> None:
 
 
 def test_policy_must_be_text() -> None:
-    with pytest.raises(OptionsError, match=r"contributors\.governance\.policy"):
-        factory.validate_options({"policy": ["a"]})
+    with pytest.raises(OptionsInvalid, match=r"contributors\.governance\.policy"):
+        configure([FactorySource(factory, "test")], {"governance": {"policy": ["a"]}})

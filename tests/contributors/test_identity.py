@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from contributors.base import OptionsError
 from contributors.identity import factory
 from proxy.context.budget import apply_context_budget
 from proxy.context.estimators import ConservativeTokenEstimator
+from proxy.context.registry import FactorySource, OptionsInvalid, configure
 from proxy.errors import AssemblyFailed
 
 NONCE = "0123456789abcdef"  # a framing nonce (a session's is 16 hex digits)
@@ -45,7 +45,7 @@ async def test_protected_identity_is_never_cut_the_assembly_fails_instead(collec
 
 
 def test_bad_option_names_the_key() -> None:
-    with pytest.raises(OptionsError, match=r"contributors\.identity\.text"):
-        factory.validate_options({"text": 3})
-    with pytest.raises(OptionsError, match="unknown option"):
-        factory.validate_options({"txt": "x"})
+    with pytest.raises(OptionsInvalid, match=r"contributors\.identity\.text"):
+        configure([FactorySource(factory, "test")], {"identity": {"text": 3}})
+    with pytest.raises(OptionsInvalid, match=r"contributors\.identity\.txt: Extra inputs are not permitted"):
+        configure([FactorySource(factory, "test")], {"identity": {"txt": "x"}})

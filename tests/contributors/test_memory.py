@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from contributors.base import OptionsError
 from contributors.memory import factory
 from proxy.context.hidden import hidden_message
-from proxy.context.state import derive_state
+from proxy.context.registry import FactorySource, OptionsInvalid, configure
+from tests.builtin_state import derive_state
 
 NONCE = "0123456789abcdef"  # a framing nonce (a session's is 16 hex digits)
 
@@ -50,5 +50,5 @@ async def test_reviewer_gets_no_memory(collect, tool_step) -> None:
 
 
 def test_max_chars_must_be_positive() -> None:
-    with pytest.raises(OptionsError, match=r"contributors\.memory\.max_chars"):
-        factory.validate_options({"max_chars": 0})
+    with pytest.raises(OptionsInvalid, match=r"contributors\.memory\.max_chars"):
+        configure([FactorySource(factory, "test")], {"memory": {"max_chars": 0}})

@@ -7,7 +7,7 @@ from typing import Any
 
 from contributors.plan import render_plan
 from proxy.context.hidden import hidden_message, is_hidden_message
-from proxy.context.state import derive_state
+from tests.builtin_state import derive_state
 
 NONCE = "0123456789abcdef"  # a framing nonce (a session's is 16 hex digits)
 

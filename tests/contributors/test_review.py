@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.context.state import derive_state
+from tests.builtin_state import derive_state
 
 
 async def test_review_scopes(collect, tool_step) -> None:

@@ -52,6 +52,8 @@ def provider(_provider_server: tuple[ScriptedProvider, str]) -> ProviderHandle:
     scripted.history.clear()
     scripted.script = lambda body: Reply(content="ok")
     scripted.context_window = None
+    scripted.token_scale = None
+    scripted.prompt_tokens.clear()
     scripted.chunk_delay = 0.0
     scripted.latency = 0.0
     scripted.most_concurrent = 0

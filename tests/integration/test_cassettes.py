@@ -677,6 +677,10 @@ def test_responses_session_with_proxy_and_remote_compaction_is_pinned(provider, 
     sent = [b for b in all_sent if not is_summary_request(b)]
     assert len(summaries) >= 2  # the assembler's own checkpoint, and the remote compaction's
     traces = _traces(proxy, "responses-pinned")
+    # The remote compaction is traced as a call of its own: its llmInput is the summarizer's request.
+    (remote,) = [t for t in traces if (t["compaction"] or {}).get("reason") == "client_compaction_request"]
+    assert remote["llmInput"]["messages"] in [s["messages"] for s in summaries]
+    traces = [t for t in traces if t is not remote]
     assert len(traces) == len(sent)
     assert any(t["compaction"]["summarizedMessages"] for t in traces)
     for trace, body in zip(traces, sent, strict=True):

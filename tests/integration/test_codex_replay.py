@@ -62,17 +62,22 @@ def test_codex_tool_call_turn_gets_a_function_call_and_completed_with_usage(star
 
     assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/event-stream")
     assert answer.headers["x-context-id"] == capture["headers"]["session-id"]
-    assert [e["type"] for e in events] == [
+    types = [e["type"] for e in events]
+    deltas = [e for e in events if e["type"] == "response.function_call_arguments.delta"]
+    assert len(deltas) > 1  # relayed as the provider's fragments arrive, not once at the end
+    assert types == [
         "response.created",
         "response.in_progress",
         "response.output_item.added",
-        "response.function_call_arguments.delta",
+        *["response.function_call_arguments.delta"] * len(deltas),
         "response.function_call_arguments.done",
         "response.output_item.done",
         "response.completed",
     ]
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     (item,) = _done_items(events)
+    assert events[2]["item"]["id"] == item["id"] == deltas[0]["item_id"] and events[2]["item"]["arguments"] == ""
+    assert "".join(d["delta"] for d in deltas) == item["arguments"]
     assert item["type"] == "function_call" and item["name"] == "exec_command" and item["call_id"] == "call_1"
     assert json.loads(item["arguments"]) == {"cmd": "echo hello"}
     usage = events[-1]["response"]["usage"]
@@ -153,6 +158,9 @@ def test_codex_remote_compaction_returns_one_item_that_stands_for_the_checkpoint
     summary = provider.history[-1]
     assert is_summary_request(summary)
     assert "echo hello" in summary["messages"][-1]["content"]  # the compacted tool step was summarized
+    trace = _compaction_trace(proxy, answer.headers["x-context-id"])
+    assert trace["compaction"]["attempts"] == 1 and "fallback" not in trace["compaction"]
+    assert trace["llmInput"]["messages"] == summary["messages"] and trace["ingress"]["request"] == "compaction_trigger"
 
     # Codex sends the item back verbatim in place of the history it dropped.
     capture = _capture(folder + "03-responses.json")
@@ -165,6 +173,47 @@ def test_codex_remote_compaction_returns_one_item_that_stands_for_the_checkpoint
     checkpoints = [m for m in sent if _is_checkpoint(m)]
     assert len(checkpoints) == 1 and "## Next step" in checkpoints[0]["content"]
     assert not any(m["role"] == "tool" for m in sent)  # the model sees the checkpoint, not the dropped step
+
+
+def test_a_failing_summarizer_still_answers_with_a_deterministic_checkpoint(start_proxy, provider):
+    def script(body: dict[str, Any]) -> Reply:
+        if is_summary_request(body):
+            return Reply(error_status=500, error_body={"error": {"message": "summarizer down", "type": "server_error"}})
+        if any(m["role"] == "tool" for m in body["messages"]) or any(_is_checkpoint(m) for m in body["messages"]):
+            return Reply(content="The command printed: hello")
+        return Reply(tool_calls=(ToolCall("exec_command", {"cmd": "echo hello"}, id="call_0002"),))
+
+    provider.script(script)
+    proxy = _proxy(start_proxy, provider)
+    folder = "compact-remote/"
+    _replay(proxy, _capture(folder + "01-responses.json"))
+    answer, events = _replay(proxy, _capture(folder + "02-responses.json"))
+    assert answer.status_code == 200 and events[-1]["type"] == "response.completed"
+    (item,) = _done_items(events)
+    assert item["type"] == "compaction"
+    trace = _compaction_trace(proxy, answer.headers["x-context-id"])
+    assert trace["compaction"]["fallback"]["kind"] == "deterministic"
+    assert "summarizer down" in trace["compaction"]["fallback"]["reason"]
+    assert trace["summarizerCalls"][0]["error"]["message"]
+
+    capture = _capture(folder + "03-responses.json")
+    body = json.loads(
+        json.dumps(capture["body"]).replace('"capture-checkpoint-1"', json.dumps(item["encrypted_content"]))
+    )
+    answer, events = _replay(proxy, capture, body)
+    assert events[-1]["type"] == "response.completed"
+    (checkpoint,) = [m for m in provider.history[-1]["messages"] if _is_checkpoint(m)]
+    # The dropped step is still there, listed mechanically: the call, its arguments, the start of its result.
+    assert "exec_command" in checkpoint["content"] and "echo hello" in checkpoint["content"]
+    assert "## Next step" in checkpoint["content"]
+
+
+def _compaction_trace(proxy: Any, context_id: str) -> dict[str, Any]:
+    """The one trace of a remote compaction in the session's trace folder."""
+    folder = proxy.settings.data_dir / "context-traces" / context_id
+    traces = [json.loads(p.read_text()) for p in sorted(folder.glob("turn-*.json"))]
+    (found,) = [t for t in traces if (t.get("compaction") or {}).get("reason") == "client_compaction_request"]
+    return found
 
 
 def test_a_compaction_item_the_proxy_did_not_issue_is_dropped_not_refused(start_proxy, provider):

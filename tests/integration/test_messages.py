@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,22 @@ TOOLS: list[Any] = [
 ]
 
 
+_CLIENTS: list[anthropic.Anthropic] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    """Close every SDK client a test made: an unclosed one's socket is reported (filterwarnings=error)
+    whenever the garbage collector happens to run, which may be in the middle of a later test."""
+    yield
+    while _CLIENTS:
+        _CLIENTS.pop().close()
+
+
 def client(proxy: ProxyHandle, key: str = "sk-client") -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=proxy.url, api_key=key, max_retries=0)
+    made = anthropic.Anthropic(base_url=proxy.url, api_key=key, max_retries=0)
+    _CLIENTS.append(made)
+    return made
 
 
 def traces(proxy: ProxyHandle, context_id: str) -> list[dict[str, Any]]:

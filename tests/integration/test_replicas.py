@@ -281,9 +281,9 @@ async def test_a_checkpoint_one_replica_wrote_is_reused_by_the_other(
     stored checkpoint instead of summarizing again."""
     from proxy.demo.science import TOOLS, ScienceModel, client_tool_result
 
-    steps = 14
+    steps = 30  # tiktoken-based counts compact less often than the conservative ones did
     model = ScienceModel(steps)
-    provider = ScriptedProvider(model)
+    provider = ScriptedProvider(model, token_scale=1.0)  # counts as tiktoken: the window means what it says
     with serve_in_thread(provider.app()) as provider_url:
         replicas = start_replicas(2, provider_url, {"CONTEXT_PROXY_STORE_URL": store_url}, max_input_tokens=16_000)
         await harness.wait_ready(replicas)

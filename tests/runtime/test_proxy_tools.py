@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from contributors.capabilities import DeferredToolPolicy
-from contributors.skills import SkillLibrary
-from proxy.runtime.proxy_tools import ProxyToolbox, ToolContext, find_tools_tool, read_skill_tool, read_tool_output_tool
+from contributors.capabilities import DeferredToolPolicy, FindTools
+from contributors.skills import ReadSkill, SkillShelf
+from proxy.context.types import ToolContext
+from proxy.runtime.proxy_tools import ProxyToolbox, ReadToolOutput
 from proxy.session.sqlite import SqliteSessionStore
 
 
@@ -21,11 +22,8 @@ def toolbox(tmp_path: Path) -> ProxyToolbox:
     skill.mkdir(parents=True)
     (skill / "SKILL.md").write_text("---\nname: xrd\ndescription: Refine XRD data.\n---\nIndex the peaks.\n")
     return ProxyToolbox(
-        [
-            read_tool_output_tool(SqliteSessionStore(tmp_path / "unused.sqlite3")),
-            find_tools_tool(DeferredToolPolicy(["mcp__*"])),
-            read_skill_tool(SkillLibrary(tmp_path / "skills"), None),
-        ]
+        ReadToolOutput(SqliteSessionStore(tmp_path / "unused.sqlite3")),
+        [FindTools(DeferredToolPolicy(["mcp__*"])), ReadSkill(SkillShelf(), str(tmp_path / "skills"), None)],
     )
 
 
@@ -65,3 +63,11 @@ async def test_a_call_runs_by_its_session_name_only(tmp_path: Path) -> None:
 
     assert (await box.run(context, call("read_skill"))) == "error: 'read_skill' is not a proxy-owned tool"
     assert "Index the peaks." in await box.run(ToolContext("s", [], [], {}), call("read_skill"))
+
+
+def test_deferred_client_tools_are_withheld_until_promoted(tmp_path: Path) -> None:
+    box = toolbox(tmp_path)
+    clients = [client_tool("mcp__db__query"), client_tool("measure")]
+    assert box.withheld(ToolContext("s", [], clients, {})) == {"mcp__db__query"}
+    promoted = {"tools": {"promoted": ["mcp__db__query"], "called": []}}
+    assert box.withheld(ToolContext("s", [], clients, promoted)) == frozenset()

@@ -11,14 +11,17 @@ import jsonschema
 import proxy
 from proxy.config import ModelRoute
 from proxy.context.budget import BudgetResult
+from proxy.context.calibration import Correction
 from proxy.context.collector import Collection, ContributorRun
 from proxy.context.compactor import CompactionTrace
+from proxy.context.estimators import ConservativeTokenEstimator
 from proxy.context.pipeline import AssemblyRecord, CompactionRecord, RenderedContext
 from proxy.context.renderer import RenderedPrompt
 from proxy.context.types import Diagnostic, Section
 from proxy.context.window import WindowResult, WindowStatistics
 from proxy.identity import SessionIdentity
 from proxy.runtime.assembly import Candidate, CandidateRecord, SummaryBackoff, TurnRequest
+from proxy.runtime.calibration import TokenAccounting
 from proxy.runtime.limits import ModelLimits
 from proxy.runtime.trace import SCHEMA_VERSION
 from proxy.runtime.trace_record import CallRecord, trace_json
@@ -71,9 +74,10 @@ def call_record(**call: Any) -> CallRecord:
         forced=True,
         stated_limit=900,
         ingress={"api": "anthropic-messages", "notForwarded": {"top_k": "Anthropic routes only"}},
+        tokens=TokenAccounting(ConservativeTokenEstimator(), "calibrated", "o200k_base", Correction(1.1, 1.05, 4)),
     )
     llm_input = {"model": "openai/m", "messages": list(history), "max_tokens": 5, "api_key": "sk-secret"}
-    return CallRecord(request, Candidate(list(history), None, record), llm_input, **call)
+    return CallRecord(request, Candidate(list(history), None, record), llm_input, 17, **call)
 
 
 def snake_keys(value: Any, path: str = "") -> list[str]:
@@ -106,6 +110,9 @@ def test_every_key_the_proxy_names_is_camel_case_and_the_trace_matches_its_schem
     assert trace["renderedContext"]["window"]["statistics"]["keptMessages"] == 1
     assert trace["summaryBackoff"] == {"retryAfterMessages": 30, "historyMessages": 12}
     assert trace["recovery"] == {"attempt": 1, "reason": "provider_context_overflow", "providerMessage": "too long"}
+    assert trace["clientTokens"] == 17
+    estimator = {"name": "calibrated", "encoding": "o200k_base", "ratio": 1.1, "margin": 1.05, "samples": 4}
+    assert trace["budgets"]["estimator"] == estimator
 
 
 def test_quoted_data_keeps_its_keys_and_what_is_not_data_becomes_text() -> None:

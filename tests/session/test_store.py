@@ -534,7 +534,7 @@ async def test_migrations_are_idempotent_and_safe_to_run_at_once(backend: Any) -
     backend.opened += [a, b]
     await asyncio.gather(a.open(), b.open())
     versions = await backend.versions()
-    assert versions == [1, 2]
+    assert versions == [1, 2, 3]
 
     await a.reconcile("s", "main", conversation(1))
     await a.open()  # opening an open store is a no-op
@@ -555,6 +555,36 @@ async def test_a_secret_is_made_once_and_shared_by_replicas_and_restarts(backend
     assert await restarted.secret("framing") == first
     other = await restarted.secret("another")
     assert len(other) == SECRET_BYTES and other != first
+
+
+async def test_calibration_is_shared_by_replicas_and_kept_over_restarts(backend: Any) -> None:
+    a = await backend.open()
+    b = await backend.open() if backend.name == "postgres" else a
+
+    def append(sample: float) -> Any:
+        return lambda current: {"samples": [*(current or {"samples": []})["samples"], sample]}
+
+    # Concurrent updates of one route take turns in one transaction each: none is lost.
+    await asyncio.gather(
+        *(store.update_calibration("route:m", "route", append(i)) for i, store in enumerate([a, b] * 5))
+    )
+    stored = await b.calibration("route:m")
+    assert sorted(stored["samples"]) == list(range(10))
+    await a.close()
+    restarted = await backend.open()
+    assert await restarted.calibration("route:m") == stored
+    assert await restarted.calibration("route:other") is None
+
+
+async def test_calibration_of_client_named_models_is_bounded(store: SessionStore) -> None:
+    await store.update_calibration("route:configured", "route", lambda _: {"n": 0})
+    for index in range(5):
+        await store.update_calibration(f"model:m{index}", "model", lambda _, i=index: {"n": i}, keep=3)
+        await asyncio.sleep(0.002)  # distinct update times, so "most recent" is well defined
+
+    kept = [key for key in (f"model:m{i}" for i in range(5)) if await store.calibration(key) is not None]
+    assert kept == ["model:m2", "model:m3", "model:m4"]
+    assert await store.calibration("route:configured") == {"n": 0}  # another group is never trimmed
 
 
 # --- side records ---------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from proxy.cli import main
 @pytest.mark.parametrize(
     ("config", "env", "named"),
     [
-        ("contributors:\n  governance: {polcy: strict}\n", {}, "contributors.governance: unknown option(s) polcy"),
+        ("contributors:\n  governance: {polcy: strict}\n", {}, "contributors.governance.polcy: Extra inputs"),
         ("contributors:\n  nobody: {x: 1}\n", {}, "contributors.nobody names no installed contributor"),
         ("", {"CONTEXT_PROXY_STORE_URL": "postgresql://u@127.0.0.1/test?pool_size=abc"}, "pool_size='abc'"),
         ("", {"SCIENCE_AGENT_CONTEXT_TARGET_PERCENT": "90"}, "FORCED_PERCENT < SCIENCE_AGENT_CONTEXT_TARGET_PERCENT"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 
 class _Contributor:
@@ -93,3 +93,76 @@ class _SelfProtectedFactory:
 
 
 self_protected_factory = _SelfProtectedFactory()
+
+
+class _LabLookup:
+    """A proxy-owned tool a package offers: the model calls it, the proxy runs it, the client never sees it."""
+
+    name = "lab_lookup"
+    schema: ClassVar[dict[str, Any]] = {
+        "type": "function",
+        "function": {
+            "name": "lab_lookup",
+            "description": "Look up a sample in the lab inventory by its id.",
+            "parameters": {
+                "type": "object",
+                "properties": {"sample": {"type": "string"}},
+                "required": ["sample"],
+                "additionalProperties": False,
+            },
+        },
+    }
+    needs_references = False
+
+    def __init__(self, site: str) -> None:
+        self.site = site
+        self.calls: list[str] = []
+
+    def offered(self, context: Any) -> bool:
+        return True
+
+    async def run(self, context: Any, arguments: str) -> str:
+        import json
+
+        sample = json.loads(arguments).get("sample", "?")
+        self.calls.append(sample)
+        return f"sample {sample}: stored at {self.site}, freezer 3, shelf B (session {context.context_id[:4]})"
+
+
+class _ToolsFactory:
+    """Offers ``lab_lookup`` and contributes nothing else; its one option is checked by hand."""
+
+    id = "sample_tools"
+
+    def create(self, scope: str) -> None:
+        return None
+
+    def validate_options(self, raw: Any) -> None:
+        if not isinstance(raw.get("site", ""), str):
+            raise ValueError("contributors.sample_tools.site must be a string")
+
+    def tools(self, options: Any) -> list[_LabLookup]:
+        return [_LabLookup(options.get("site", "building 1"))]
+
+
+tools_factory = _ToolsFactory()
+
+
+class _Pushy(_Contributor):
+    """Declares the highest priority there is: a package cannot outrank the proxy's plan projection."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "sample_pushy", ("main",), {"messages": [{"id": "sample.pushy", "content": "read me " * 3000}]}
+        )
+        self.priority = -1000
+
+
+class _PushyFactory:
+    id = "sample_pushy"
+
+    def create(self, scope: str) -> _Pushy | None:
+        return _Pushy() if scope == "main" else None
+
+
+pushy_factory = _PushyFactory()

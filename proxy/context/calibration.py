@@ -1,0 +1,113 @@
+"""Token-count calibration: what a provider's ``usage.prompt_tokens`` teaches about the local count.
+
+Every provider answer that reports usage gives one sample, ``provider count / local count`` of the
+exact request sent. The correction applied to later estimates is a *recency-weighted* median of
+those ratios (``ratio``) times a safety margin taken from their spread (``margin``: a weighted upper
+quantile over the median), so an estimate errs high in all but the rarest calls rather than half of
+them. Recent samples weigh more (a half-life in calls), so a provider that changes its tokenizer is
+learned; the upper quantile follows a rise within a few calls (it needs only a sliver of the weight)
+and a fall within a few hundred, which is the safe way round.
+
+Pure statistics: the runtime (``proxy/runtime/calibration.py``) loads and stores the state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# A sample loses half its weight every this many later calls: a tokenizer change is learned within a
+# few hundred calls, while one odd request never moves the median much.
+HALF_LIFE_CALLS = 200
+# Samples kept per route: the oldest kept one weighs 0.5 ** (400 / 200) = a quarter of the newest.
+MAX_SAMPLES = 400
+# The upper quantile the margin is taken from: the estimate is meant to be under the provider's count
+# in at most 1% of calls.
+QUANTILE = 0.99
+# Even a spread of zero keeps this margin: the next request is never one the route has seen.
+MIN_MARGIN = 1.01
+# Below this many samples the spread is not known yet; the margin is widened by up to this fraction.
+MIN_SAMPLES = 8
+FEW_SAMPLES_PAD = 0.05
+# A request this small is mostly framing, whose cost differs from provider to provider more than any
+# text's; it says little about the requests that approach the window, which are the ones that matter.
+MIN_SAMPLE_TOKENS = 500
+# Ratios outside this band are not a tokenizer difference but a provider reporting something else
+# (cached tokens only, a count of another request): dropped, so one odd answer cannot skew the route.
+MIN_RATIO, MAX_RATIO = 0.4, 3.0
+
+
+@dataclass(frozen=True)
+class Correction:
+    """How a base count is scaled for one route: ``factor = ratio * margin``; ``samples`` taught it."""
+
+    ratio: float
+    margin: float
+    samples: int
+
+    @property
+    def factor(self) -> float:
+        """What a base count is multiplied by."""
+        return self.ratio * self.margin
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A route's recent samples (provider count / local count), oldest first."""
+
+    samples: tuple[float, ...] = ()
+
+    def observe(self, local_tokens: int, provider_tokens: int) -> Calibration:
+        """This calibration with one more sample; unchanged when the sample teaches nothing."""
+        if local_tokens < MIN_SAMPLE_TOKENS or provider_tokens <= 0:
+            return self
+        ratio = provider_tokens / local_tokens
+        if not MIN_RATIO <= ratio <= MAX_RATIO:
+            return self
+        return Calibration((*self.samples, round(ratio, 6))[-MAX_SAMPLES:])
+
+    def correction(self, start_margin: float) -> Correction:
+        """The correction for the next estimate; ``start_margin`` alone while there is no sample."""
+        if not self.samples:
+            return Correction(ratio=1.0, margin=start_margin, samples=0)
+        weights = _weights(len(self.samples))
+        median = weighted_quantile(self.samples, weights, 0.5)
+        upper = weighted_quantile(self.samples, weights, QUANTILE)
+        margin = max(upper / median, MIN_MARGIN)
+        missing = max(0, MIN_SAMPLES - len(self.samples))
+        margin *= 1 + FEW_SAMPLES_PAD * missing / MIN_SAMPLES
+        return Correction(ratio=round(median, 4), margin=round(margin, 4), samples=len(self.samples))
+
+    def to_record(self) -> dict[str, Any]:
+        """The stored form (JSON)."""
+        return {"samples": list(self.samples)}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any] | None) -> Calibration:
+        """Read the stored form back; anything unreadable is an empty calibration (start again)."""
+        raw = record.get("samples") if isinstance(record, Mapping) else None
+        if not isinstance(raw, list):
+            return cls()
+        kept = [
+            float(x)
+            for x in raw
+            if isinstance(x, int | float) and not isinstance(x, bool) and MIN_RATIO <= x <= MAX_RATIO
+        ]
+        return cls(tuple(kept[-MAX_SAMPLES:]))
+
+
+def _weights(count: int) -> list[float]:
+    return [0.5 ** ((count - 1 - index) / HALF_LIFE_CALLS) for index in range(count)]
+
+
+def weighted_quantile(values: Sequence[float], weights: Sequence[float], quantile: float) -> float:
+    """The smallest value whose cumulative weight (values ascending) reaches ``quantile`` of the total."""
+    pairs = sorted(zip(values, weights, strict=True))
+    goal = quantile * sum(weights)
+    running = 0.0
+    for value, weight in pairs:
+        running += weight
+        if running >= goal:
+            return value
+    return pairs[-1][0]

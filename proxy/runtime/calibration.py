@@ -1,0 +1,131 @@
+"""Token accounting per route: which estimator a turn counts with, and what provider answers teach it.
+
+With ``SCIENCE_AGENT_CONTEXT_ESTIMATOR=calibrated`` (the default) a route's counts are tiktoken's
+(``o200k_base`` / ``cl100k_base`` by model family) times the route's correction
+(``proxy/context/calibration.py``); each answer that reports ``usage.prompt_tokens`` adds a sample,
+the provider's count over the local tiktoken count of the exact request sent. The samples live in the
+session store, so replicas share them and a restart keeps them. ``tiktoken`` counts with tiktoken
+alone, ``conservative`` with the tokenizer-free upper estimate; neither learns.
+
+Statistics are kept per configured route (``route:<model_name>``); without a ``model_list``, per
+provider model string (``model:<litellm model>``), at most ``UNROUTED_CALIBRATIONS`` of them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.config import ModelRoute, Settings
+from proxy.context.calibration import Calibration, Correction
+from proxy.context.estimators import (
+    CachingEstimator,
+    ConservativeTokenEstimator,
+    ScaledEstimator,
+    TiktokenEstimator,
+    tiktoken_encoding_for,
+)
+from proxy.context.types import TokenEstimator
+from proxy.offline import prepare_offline_environment
+from proxy.session.store import SessionStore, StoreError
+
+logger = logging.getLogger(__name__)
+
+# Model strings clients choose (no model_list): any string, so only this many keep a calibration.
+UNROUTED_CALIBRATIONS = 32
+
+
+@dataclass(frozen=True)
+class TokenAccounting:
+    """How one turn counts tokens (its trace's ``budgets.estimator``, see ``proxy/runtime/trace_record.py``)."""
+
+    estimator: TokenEstimator
+    name: str  # calibrated, tiktoken or conservative
+    encoding: str | None = None  # the tiktoken encoding, when one is used
+    correction: Correction | None = None  # the calibrated correction, when calibrated
+
+
+class TokenCalibrator:
+    """Chooses each route's estimator and learns from the usage its answers report."""
+
+    def __init__(self, settings: Settings, store: SessionStore) -> None:
+        self._settings = settings
+        self._store = store
+        self._configured = {route.model_name for route in settings.models}
+        self._conservative = CachingEstimator(ConservativeTokenEstimator())
+        self._tiktoken: dict[str, CachingEstimator] = {}  # one cache per encoding, shared by every route
+
+    def base(self, route: ModelRoute) -> TokenEstimator | None:
+        """The route's uncorrected tiktoken counter (``None`` when the conservative estimator is chosen)."""
+        if self._settings.estimator == "conservative":
+            return None
+        encoding = tiktoken_encoding_for(route.litellm_model)
+        cached = self._tiktoken.get(encoding)
+        if cached is None:
+            prepare_offline_environment()  # tiktoken reads the encodings bundled with litellm, never the network
+            cached = self._tiktoken[encoding] = CachingEstimator(TiktokenEstimator(encoding))
+        return cached
+
+    async def accounting(self, route: ModelRoute) -> TokenAccounting:
+        """The estimator this route's next turn counts with."""
+        base = self.base(route)
+        if base is None:
+            return TokenAccounting(self._conservative, "conservative")
+        encoding = tiktoken_encoding_for(route.litellm_model)
+        if self._settings.estimator == "tiktoken":
+            return TokenAccounting(base, "tiktoken", encoding)
+        key, _ = self._key(route)
+        try:
+            stored = await self._store.calibration(key)
+        except StoreError as exc:
+            # Counting must not fail a turn: without the samples, the start margin is the safe side.
+            logger.warning("token calibration of %s unreadable (%s); using the start margin", key, exc)
+            stored = None
+        correction = Calibration.from_record(stored).correction(self._settings.estimator_start_percent / 100)
+        return TokenAccounting(ScaledEstimator(base, correction.factor), "calibrated", encoding, correction)
+
+    async def observe(self, route: ModelRoute, llm_input: Mapping[str, Any], usage: Any) -> None:
+        """Learn from one answer's ``usage`` for the request ``llm_input`` that was sent (calibrated only)."""
+        if self._settings.estimator != "calibrated":
+            return
+        provider_tokens = usage.get("prompt_tokens") if isinstance(usage, Mapping) else None
+        if not isinstance(provider_tokens, int) or isinstance(provider_tokens, bool) or provider_tokens <= 0:
+            return
+        base = self.base(route)
+        if base is None:
+            return
+        local = local_count(base, llm_input)
+        key, group = self._key(route)
+
+        def update(current: Any) -> Any:
+            return Calibration.from_record(current).observe(local, provider_tokens).to_record()
+
+        keep = None if group == "route" else UNROUTED_CALIBRATIONS
+        try:
+            await self._store.update_calibration(key, group, update, keep)
+        except StoreError as exc:
+            # The answer is the client's whatever happens here; one lost sample costs nothing.
+            logger.warning("token calibration of %s not stored (%s)", key, exc)
+
+    def _key(self, route: ModelRoute) -> tuple[str, str]:
+        if route.model_name in self._configured:
+            return f"route:{route.model_name}", "route"
+        return f"model:{route.litellm_model}", "model"
+
+
+def local_count(estimator: TokenEstimator, llm_input: Mapping[str, Any]) -> int:
+    """The estimator's count of a provider call's messages and tools, as sent."""
+    messages = llm_input.get("messages") or []
+    total = sum(estimator.count_message(m) for m in messages if isinstance(m, Mapping))
+    tools = llm_input.get("tools") or []
+    return total + estimator.count_tools([t for t in tools if isinstance(t, Mapping)])
+
+
+def usage_of(chunks: list[dict[str, Any]]) -> Any:
+    """The ``usage`` a chunk stream reported (its last one), or ``None``."""
+    for chunk in reversed(chunks):
+        if chunk.get("usage") is not None:
+            return chunk["usage"]
+    return None
