@@ -40,7 +40,7 @@ from proxy.request_body import decode_body
 from proxy.runtime.assembly import Assembler
 from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.services import build_runner
-from proxy.runtime.turn import TurnRunner
+from proxy.runtime.turn import Completion, TurnRunner
 from proxy.session import open_store
 from proxy.session.store import SessionStore
 from proxy.wire import ChatCompletionRequest, parse_chat_request
@@ -128,9 +128,9 @@ def create_app(
             # The session is known by now: an error answer names it too, so a client can find its trace.
             exc.headers.update({"x-context-id": identity.context_id, "x-context-mode": mode})
             raise
-        if result.chunks is None:
-            return JSONResponse(result.response, headers=result.headers)
-        return _EventStream(result.chunks, drain, result.headers)
+        if isinstance(result.answer, Completion):
+            return JSONResponse(result.answer.response, headers=result.headers)
+        return _EventStream(result.answer, drain, result.headers)
 
     responses_api = ResponsesIngress(settings, lambda: services.runner)
 

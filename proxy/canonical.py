@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 # The fields of a chat message that change what a model sees. Anything else (refusal, annotations,
@@ -20,6 +21,21 @@ _SEMANTIC_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "fu
 _TOOL_CALL_FIELDS = ("id", "type", "function")
 
 GENESIS = ""
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One message of a session's history: the store's, the assembler's and the compactor's record of it.
+
+    ``chain_hash`` names the history up to and including it; ``tool_output_ref`` is the reference
+    ``read_tool_output`` takes for a stored tool body; ``position`` is its index in its branch as the
+    store keeps it (``None`` for a proxy-owned step, which is kept beside the branch, not in it).
+    """
+
+    message: dict[str, Any]
+    chain_hash: str
+    tool_output_ref: str | None = None
+    position: int | None = None
 
 
 def canonical_message(message: Mapping[str, Any]) -> dict[str, Any]:

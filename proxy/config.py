@@ -133,7 +133,6 @@ class Settings:
     record_dir: Path | None = None  # record and replay: where client requests and provider exchanges go
     prompt_percent: int = 25  # the system prompt's share of the effective limit
     message_percent: int = 10  # contributor messages' and attachments' share
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def resolved_trace_dir(self) -> Path:
@@ -157,8 +156,6 @@ class Settings:
         if mode not in MODES:
             raise ConfigError(f"SCIENCE_AGENT_CONTEXT_MODE={mode!r} is not one of {', '.join(MODES)}")
         store_url = env.get("CONTEXT_PROXY_STORE_URL", "").strip() or None
-        if store_url is not None and not store_url.startswith(("postgresql://", "postgres://")):
-            raise ConfigError(f"CONTEXT_PROXY_STORE_URL={store_url!r} is not a postgresql:// URL (unset means SQLite)")
         pressure = _percent(env, "SCIENCE_AGENT_CONTEXT_PRESSURE_PERCENT", 80)
         target = _percent(env, "SCIENCE_AGENT_CONTEXT_TARGET_PERCENT", 50)
         forced = _percent(env, "SCIENCE_AGENT_CONTEXT_FORCED_PERCENT", 35)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from proxy.context.collector import Collection
 from proxy.context.hidden import hidden_message
@@ -42,10 +42,6 @@ class BudgetResult:
     diagnostics: tuple[Diagnostic, ...]
     prompt_tokens: int
     message_tokens: int
-
-    def to_trace(self) -> dict[str, Any]:
-        """Plain JSON-ready data for the context trace."""
-        return dataclasses.asdict(self)
 
 
 def apply_context_budget(

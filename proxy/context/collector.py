@@ -68,12 +68,6 @@ class Collection:
     # (the send order stays the collection order).
     priorities: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
-    def to_trace(self) -> dict[str, Any]:
-        """Plain JSON-ready data for the context trace."""
-        data = dataclasses.asdict(self)
-        del data["priorities"]
-        return data
-
 
 async def collect_detailed(
     registry: ContextContributorRegistry,

@@ -23,12 +23,11 @@ and the latest step are never summarized, so a protocol-valid history stays prot
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from proxy.canonical import chain_hashes, content_text
+from proxy.canonical import HistoryEntry, chain_hashes, content_text
 from proxy.context.checkpoint import Checkpoint, build_summary_request, validate_checkpoint
 from proxy.context.pressure import Pressure, PressureConfig, measure_pressure
 from proxy.context.previews import READ_TOOL_OUTPUT, PreviewPolicy, is_preview, is_valid_ref, preview_message
@@ -39,33 +38,12 @@ SPLIT_NOTE = "[the first {cut:,} characters of this message are summarized in th
 SPLIT_HEAD_NOTE = "(the first part of a long message; its rest stays verbatim after the checkpoint)\n"
 
 
-class HistoryRecord(Protocol):
-    """One history message as the caller knows it (the store's ``StoredMessage`` fits)."""
-
-    @property
-    def message(self) -> Mapping[str, Any]: ...
-
-    @property
-    def chain_hash(self) -> str: ...
-
-    @property
-    def tool_output_ref(self) -> str | None: ...
-
-
-@dataclass(frozen=True)
-class HistoryEntry:
-    """A message with its chain hash and, for a stored tool body, its ``read_tool_output`` reference."""
-
-    message: Mapping[str, Any]
-    chain_hash: str
-    tool_output_ref: str | None = None
-
-
 def history_entries(messages: Sequence[Mapping[str, Any]], refs: Mapping[int, str] | None = None) -> list[HistoryEntry]:
     """Entries for ``messages`` with their chain hashes; ``refs`` maps message index to stored ref."""
     refs = refs or {}
     return [
-        HistoryEntry(m, h, refs.get(i)) for i, (m, h) in enumerate(zip(messages, chain_hashes(messages), strict=True))
+        HistoryEntry(dict(m), h, refs.get(i))
+        for i, (m, h) in enumerate(zip(messages, chain_hashes(messages), strict=True))
     ]
 
 
@@ -92,7 +70,7 @@ class CompactionConfig:
 
 @dataclass
 class CompactionTrace:
-    """What one pass did, for the context trace (``to_trace`` gives the JSON form)."""
+    """What one pass did, for the context trace (``proxy/runtime/trace_record.py`` serializes it)."""
 
     reason: str | None
     limit: int
@@ -111,10 +89,6 @@ class CompactionTrace:
     unknown_refs: list[str] = field(default_factory=list)
     checkpoint_issues: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-
-    def to_trace(self) -> dict[str, Any]:
-        """Plain JSON-ready data."""
-        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -145,12 +119,12 @@ class CompactionResult:
 class _Working:
     """The history being compacted: a verbatim head, the checkpoint, then visible entries from ``start``."""
 
-    def __init__(self, entries: Sequence[HistoryRecord], estimator: TokenEstimator, nonce: str, reader: str) -> None:
+    def __init__(self, entries: Sequence[HistoryEntry], estimator: TokenEstimator, nonce: str, reader: str) -> None:
         self.entries = entries
         self.estimator = estimator
         self.nonce = nonce  # the session's framing nonce, on the checkpoint message
         self.reader = reader  # the name previews give the proxy's tool-output reader
-        self.messages = [e.message for e in entries]
+        self.messages: list[Mapping[str, Any]] = [e.message for e in entries]
         self.units = split_units(self.messages)
         anchor = anchor_unit(self.messages, self.units)
         self.head_end = self.units[anchor].stop if anchor is not None else 0
@@ -210,7 +184,7 @@ class HistoryCompactor:
 
     async def compact(
         self,
-        history: Sequence[HistoryRecord],
+        history: Sequence[HistoryEntry],
         *,
         nonce: str,
         limit: int,

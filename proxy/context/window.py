@@ -12,7 +12,6 @@ also rejects a call without results, the validator reports them; they cannot be 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,13 +49,6 @@ class WindowResult:
     kept_indices: tuple[int, ...]
     statistics: WindowStatistics
     diagnostics: tuple[Diagnostic, ...]
-
-    def to_trace(self) -> dict[str, Any]:
-        """Plain JSON-ready data for the context trace (statistics and diagnostics, not the messages)."""
-        return {
-            "statistics": dataclasses.asdict(self.statistics),
-            "diagnostics": [dataclasses.asdict(d) for d in self.diagnostics],
-        }
 
 
 class AtomicHistoryWindowPolicy:

@@ -26,7 +26,7 @@ from proxy.ingress.messages_request import Translation, to_chat
 from proxy.ingress.messages_response import to_message
 from proxy.ingress.messages_stream import message_events
 from proxy.ingress.messages_wire import parse_count_tokens_request, parse_messages_request
-from proxy.runtime.turn import TurnRunner
+from proxy.runtime.turn import Completion, TurnRunner
 from proxy.wire import parse_chat_request
 
 
@@ -52,10 +52,9 @@ async def create_message(
     except ProxyError as exc:
         exc.headers.update({"x-context-id": identity.context_id, "x-context-mode": mode})
         raise
-    if result.chunks is None:
-        assert result.response is not None  # a TurnResult holds one or the other
-        return JSONResponse(to_message(result.response, request.model), headers=result.headers)
-    events = message_events(result.chunks, request.model, error_body, await _estimate(runner, route, translation))
+    if isinstance(result.answer, Completion):
+        return JSONResponse(to_message(result.answer.response, request.model), headers=result.headers)
+    events = message_events(result.answer, request.model, error_body, await _estimate(runner, route, translation))
     return StreamingResponse(events, media_type="text/event-stream", headers=result.headers)
 
 

@@ -39,7 +39,7 @@ from proxy.ingress.responses_output import (
     usage_of,
 )
 from proxy.ingress.responses_stream import ResponseStream
-from proxy.runtime.turn import TurnRunner
+from proxy.runtime.turn import Completion, TurnRunner
 from proxy.session.store import SessionBusy
 
 
@@ -109,12 +109,12 @@ class ResponsesIngress:
             raise
         response_id = new_response_id(identity.context_id)
         remember = self._remembering(runner, records, request, identity, chat.body["messages"], response_id)
-        if result.chunks is not None:
+        if not isinstance(result.answer, Completion):
             stream = ResponseStream(response_id, request, chat.tools, remember)
             return StreamingResponse(
-                _sse(stream.events(result.chunks)), media_type="text/event-stream", headers=result.headers
+                _sse(stream.events(result.answer)), media_type="text/event-stream", headers=result.headers
             )
-        completion = result.response or {}
+        completion = result.answer.response
         choice = (completion.get("choices") or [{}])[0]
         message = choice.get("message") or {}
         status, reason = completion_status(choice.get("finish_reason"))

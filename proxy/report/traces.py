@@ -1,8 +1,8 @@
 """Trace files read into typed per-turn and per-session summaries: the one place the report reads trace keys.
 
-Every key the report and the inspector use is read here, through ``_pick``, which accepts a key in
-camelCase and in the snake_case some stage records still use (``compacted_refs``/``compactedRefs``):
-when the trace format settles on one spelling, this module is the only one that changes.
+Every key the report and the inspector use is read here, through ``_pick``. Trace keys are camelCase
+throughout (``proxy/runtime/trace_record.py`` names them, ``trace_schema.json`` is the contract): when
+the format changes, this module is the only reader that changes.
 
 A turn's *detail* (its rendered sections, admitted and dropped items, window, checkpoint, and the
 candidate beside what was sent) is built here too, as plain JSON for the page's script. Messages and
@@ -37,25 +37,13 @@ TRACE_NAME = re.compile(r"^turn-(\d{4,})(?:-recovery-(\d+))?\.json$")
 CONTEXT_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 OVERFLOW_CODE = "context_length_exceeded"
 CHECKPOINT_TAG = "<checkpoint "
-_SNAKE = re.compile(r"(?<!^)([A-Z])")
 
 
 def _pick(record: Any, key: str, default: Any = None) -> Any:
-    """``record[key]``, or its snake_case spelling (``compactedRefs`` -> ``compacted_refs``)."""
+    """``record[key]`` when ``record`` is a mapping that has it (a trace is untrusted JSON)."""
     if not isinstance(record, Mapping):
         return default
-    if key in record:
-        return record[key]
-    return record.get(_SNAKE.sub(r"_\1", key).lower(), default)
-
-
-def _camel(record: Any) -> Any:
-    """A stage record with its keys in camelCase, so the page reads one spelling."""
-    if isinstance(record, Mapping):
-        return {re.sub(r"_([a-z])", lambda m: m.group(1).upper(), str(k)): _camel(v) for k, v in record.items()}
-    if isinstance(record, list):
-        return [_camel(v) for v in record]
-    return record
+    return record.get(key, default)
 
 
 def _int(value: Any) -> int | None:
@@ -348,23 +336,21 @@ def turn_detail(record: Mapping[str, Any], values: Values) -> dict[str, Any]:
     )
     return {
         "sectionIds": _pick(rendered, "sectionIds") or [],
-        "sections": [values.add(_camel(s)) for s in _items(admitted, "sections")],
-        "admitted": {
-            kind: [values.add(_camel(i)) for i in _items(admitted, kind)] for kind in ("messages", "attachments")
-        },
+        "sections": [values.add(s) for s in _items(admitted, "sections")],
+        "admitted": {kind: [values.add(i) for i in _items(admitted, kind)] for kind in ("messages", "attachments")},
         "admittedTokens": {"prompt": _pick(admitted, "promptTokens"), "messages": _pick(admitted, "messageTokens")},
         "dropped": dropped,
         "diagnostics": [
-            values.add(_camel(d))
+            values.add(d)
             for d in [
                 *_items(collection, "diagnostics"),
                 *_items(admitted, "diagnostics"),
                 *_items(window, "diagnostics"),
             ]
         ],
-        "window": _camel(_pick(window, "statistics")),
+        "window": _pick(window, "statistics"),
         "compaction": {
-            key: _camel(_pick(compaction, key))
+            key: _pick(compaction, key)
             for key in (
                 "reason",
                 "tokensBefore",
@@ -387,7 +373,7 @@ def turn_detail(record: Mapping[str, Any], values: Values) -> dict[str, Any]:
         "contributors": [
             {k: _pick(c, k) for k in ("id", "status", "durationMs", "error")} for c in _items(record, "contributors")
         ],
-        "budgets": _camel(_pick(record, "budgets")),
+        "budgets": _pick(record, "budgets"),
         "candidate": [values.add(m) for m in candidate] if isinstance(candidate, list) else None,
         "sent": [values.add(m) for m in sent] if isinstance(sent, list) else None,
         "providerError": _pick(record, "providerError"),

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from proxy.config import Mode, ModelRoute
+from proxy.context.pipeline import AssemblyRecord
 from proxy.identity import SessionIdentity
 from proxy.runtime.branch import BranchTurn
 from proxy.runtime.calibration import TokenAccounting
@@ -41,13 +42,31 @@ class TurnRequest:
     tokens: TokenAccounting | None = None  # how this call counts tokens (the route's calibrated estimator)
 
 
+@dataclass(frozen=True)
+class SummaryBackoff:
+    """Why this call did not try to summarize: an earlier attempt failed and the history has not grown enough."""
+
+    retry_after_messages: int
+    history_messages: int
+
+
+@dataclass(frozen=True)
+class CandidateRecord:
+    """How a candidate was made: the pipeline's stage record plus what the session assembler added."""
+
+    pipeline: AssemblyRecord
+    summarizer_calls: tuple[Mapping[str, Any], ...] = ()
+    summary_backoff: SummaryBackoff | None = None
+    store_diagnostics: tuple[str, ...] = ()
+
+
 @dataclass
 class Candidate:
     """An assembled model input and the record of how it was made (for the trace)."""
 
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None
-    record: dict[str, Any] = field(default_factory=dict)
+    record: CandidateRecord | None = None  # None: assembled by something that keeps no record (tests)
     proxy_tools: frozenset[str] = frozenset()  # proxy-owned tools offered in ``tools``
     visible_history: tuple[dict[str, Any], ...] = ()  # the history the model sees (after compaction)
 

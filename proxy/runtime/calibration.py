@@ -39,23 +39,12 @@ UNROUTED_CALIBRATIONS = 32
 
 @dataclass(frozen=True)
 class TokenAccounting:
-    """How one turn counts tokens, and what its trace says about it (``budgets.estimator``)."""
+    """How one turn counts tokens (its trace's ``budgets.estimator``, see ``proxy/runtime/trace_record.py``)."""
 
     estimator: TokenEstimator
     name: str  # calibrated, tiktoken or conservative
     encoding: str | None = None  # the tiktoken encoding, when one is used
     correction: Correction | None = None  # the calibrated correction, when calibrated
-
-    def record(self) -> dict[str, Any]:
-        """The trace's ``budgets.estimator`` object."""
-        correction = self.correction
-        return {
-            "name": self.name,
-            "encoding": self.encoding,
-            "ratio": correction.ratio if correction else None,
-            "margin": correction.margin if correction else None,
-            "samples": correction.samples if correction else 0,
-        }
 
 
 class TokenCalibrator:

@@ -18,18 +18,17 @@ each see their own decisions, and a client that rewinds sees the state as of the
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from proxy.canonical import chain_hash
+from proxy.canonical import HistoryEntry, chain_hash
 from proxy.config import ModelRoute, Settings
-from proxy.context.assembler import AssemblyInput, ContextAssembler
 from proxy.context.checkpoint import Checkpoint
 from proxy.context.nonce import session_nonce
+from proxy.context.pipeline import AssemblyInput, ContextPipeline
 from proxy.context.previews import READ_TOOL_OUTPUT
 from proxy.context.state import StateConfig, derive_state
 from proxy.context.types import ToolContext, tool_name
-from proxy.runtime.assembly import Candidate, TurnRequest
+from proxy.runtime.assembly import Candidate, CandidateRecord, SummaryBackoff, TurnRequest
 from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.proxy_tools import ProxyToolbox, StoreToolSession
 from proxy.runtime.summarizer import ModelSummarizer
@@ -59,23 +58,14 @@ _CREDENTIAL_HEADER_PARTS = (
 )
 
 
-@dataclass(frozen=True)
-class HistoryItem:
-    """A history message with what the compactor needs to know about it."""
-
-    message: dict[str, Any]
-    chain_hash: str
-    tool_output_ref: str | None = None
-
-
-class DynamicAssembler:
+class SessionAssembler:
     """Assembles a turn's model input from the store through the context pipeline."""
 
     def __init__(
         self,
         settings: Settings,
         store: SessionStore,
-        pipeline: ContextAssembler,
+        pipeline: ContextPipeline,
         toolbox: ProxyToolbox,
         backend: ProviderBackend,
         summary_route: Callable[[ModelRoute], ModelRoute],
@@ -140,13 +130,12 @@ class DynamicAssembler:
             await self._store.put_checkpoint(context_id, checkpoint.covers_hash, checkpoint.to_record())
         if list(output.previewed_refs) != list(previewed):
             await self._store.put_state(context_id, _head(request), PREVIEWED_REFS, list(output.previewed_refs))
-        record = {"path": "dynamic", **output.trace, "summarizerCalls": summarizer.calls}
-        if not may_summarize:
-            record["summaryBackoff"] = {"retryAfterMessages": retry_after, "historyMessages": len(history)}
-        if unreadable:
-            record["storeDiagnostics"] = [
-                f"stored checkpoint {key} is unreadable and was ignored" for key in unreadable
-            ]
+        record = CandidateRecord(
+            pipeline=output.record,
+            summarizer_calls=tuple(summarizer.calls),
+            summary_backoff=None if may_summarize or retry_after is None else SummaryBackoff(retry_after, len(history)),
+            store_diagnostics=tuple(f"stored checkpoint {key} is unreadable and was ignored" for key in unreadable),
+        )
         return Candidate(
             messages=output.messages,
             tools=output.tools or None,
@@ -156,7 +145,7 @@ class DynamicAssembler:
         )
 
     def _tool_context(
-        self, request: TurnRequest, history: list[HistoryItem], visible: tuple[dict[str, Any], ...] | None = None
+        self, request: TurnRequest, history: list[HistoryEntry], visible: tuple[dict[str, Any], ...] | None = None
     ) -> ToolContext:
         messages = [item.message for item in history]
         return ToolContext(
@@ -188,7 +177,7 @@ class DynamicAssembler:
             step.append({"role": "tool", "tool_call_id": call["id"], "content": result})
         await self.record_internal_step(request, step)
 
-    async def history(self, request: TurnRequest) -> list[HistoryItem]:
+    async def history(self, request: TurnRequest) -> list[HistoryEntry]:
         """The canonical history of this request, with proxy-owned steps put back in place.
 
         The request carries the branch it continues (reconciliation just stored it and named every
@@ -199,10 +188,10 @@ class DynamicAssembler:
         messages = request.body["messages"]
         anchors = await self._anchors(request)
         own = _own_steps_key(request)
-        items: list[HistoryItem] = []
+        items: list[HistoryEntry] = []
         for message, prefix in zip(messages, hashes, strict=True):
             ref = tool_output_ref(prefix) if message.get("role") == "tool" else None
-            items.append(HistoryItem(message, prefix, ref))
+            items.append(HistoryEntry(message, prefix, ref))
             keys = [anchors[prefix]] if prefix in anchors else []
             if prefix == hashes[-1]:
                 keys.append(own)  # this request's own rounds so far
@@ -210,7 +199,7 @@ class DynamicAssembler:
             for key in keys:
                 for step in await self._store.internal_steps(context_id, key):
                     previous = chain_hash(previous, step)  # a stable name, so checkpoints can cover it
-                    items.append(HistoryItem(step, previous))
+                    items.append(HistoryEntry(step, previous))
         return items
 
     async def record_internal_step(self, request: TurnRequest, messages: list[dict[str, Any]]) -> None:

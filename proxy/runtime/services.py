@@ -7,9 +7,9 @@ while sessions run.
 from __future__ import annotations
 
 from proxy.config import ConfigError, ModelRoute, Settings
-from proxy.context.assembler import AssemblerConfig, ContextAssembler
 from proxy.context.compactor import CompactionConfig, HistoryCompactor
 from proxy.context.estimators import CachingEstimator, ConservativeTokenEstimator
+from proxy.context.pipeline import ContextPipeline, PipelineConfig
 from proxy.context.pressure import PressureConfig
 from proxy.context.registry import (
     ContextContributorRegistry,
@@ -24,7 +24,7 @@ from proxy.context.state import StateConfig
 from proxy.context.types import SCOPES
 from proxy.runtime.assembly import Assembler
 from proxy.runtime.calibration import TokenCalibrator
-from proxy.runtime.dynamic import DynamicAssembler
+from proxy.runtime.dynamic import SessionAssembler
 from proxy.runtime.limits import ModelMapLookup, check_route_limits
 from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.proxy_tools import ProxyToolbox, ReadToolOutput
@@ -53,11 +53,11 @@ def build_runner(
             pressure=PressureConfig(settings.pressure_percent, settings.target_percent, settings.forced_percent)
         )
     )
-    pipeline = ContextAssembler(
+    pipeline = ContextPipeline(
         registries=lambda scope: registries[scope],
         estimator=CachingEstimator(ConservativeTokenEstimator()),
         compactor=compactor,
-        config=AssemblerConfig(
+        config=PipelineConfig(
             prompt_percent=settings.prompt_percent,
             message_percent=settings.message_percent,
             max_history_messages=settings.max_history_messages,
@@ -71,7 +71,7 @@ def build_runner(
         chosen = settings.route(settings.summary_model) if settings.summary_model else None
         return chosen or request_route
 
-    dynamic = DynamicAssembler(settings, store, pipeline, toolbox, backend, summary_route, state_config, framing_secret)
+    dynamic = SessionAssembler(settings, store, pipeline, toolbox, backend, summary_route, state_config, framing_secret)
     traces = TraceWriter(settings.resolved_trace_dir) if settings.trace_enabled else None
     return TurnRunner(
         settings,
@@ -100,7 +100,7 @@ def check_settings(settings: Settings) -> None:
         try:
             open_store(settings.store_url, settings.data_dir, settings.session_lock_seconds)
         except ValueError as exc:
-            raise ConfigError(f"CONTEXT_PROXY_STORE_URL: {exc}") from None
+            raise ConfigError(f"CONTEXT_PROXY_STORE_URL={exc}") from None
     else:
         # The store takes the lock when it opens; checking here says why in one line instead of in
         # the traceback of a failed start-up.

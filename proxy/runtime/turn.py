@@ -3,15 +3,21 @@
 The turn lock of the request's branch (its history's head, see ``proxy/runtime/branch.py``) is held
 until the answer is complete, for a stream until its last chunk, so two requests with the same
 history never interleave their store updates, while runs that only open alike proceed in parallel.
+
+An answer is one of three kinds (``Answer``): a whole completion, a stream read to its end before it
+is relayed (proxy tools were offered: it may be a proxy call), or a live stream relayed as it comes.
+``TurnRunner.run`` releases the lock when the turn returns, unless the answer took it over
+(``outlive``): a live stream owns the lock and releases it when it ends, fails or is closed.
 """
 
 from __future__ import annotations
 
 import copy
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
+from types import TracebackType
 from typing import Any, Protocol
 
 from proxy.client_params import client_arguments, with_route
@@ -27,19 +33,93 @@ from proxy.runtime.calibration import TokenCalibrator, usage_of
 from proxy.runtime.limits import ModelLimits, ModelMapLookup, RouteLimits
 from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.stream_buffer import accumulate, synthesize
-from proxy.runtime.trace import TraceWriter, redact_llm_input
+from proxy.runtime.trace import TraceWriter
+from proxy.runtime.trace_record import CallRecord, trace_json
 from proxy.session.reconcile import ChainMemo
 from proxy.session.store import Reconciliation, SessionBusy, SessionStore
+
+Release = Callable[[], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A whole (non-streaming) answer."""
+
+    response: dict[str, Any]
+
+    @property
+    def message(self) -> dict[str, Any]:
+        """The assistant message of the first choice."""
+        return dict(self.response["choices"][0]["message"])
+
+    def outlive(self, lock: TurnLock) -> None:
+        """Nothing to hold: the answer is complete when the turn returns."""
+
+
+class BufferedStream(AsyncIterator[dict[str, Any]]):
+    """A stream read to its end before it is relayed; replayed chunk by chunk to the client."""
+
+    def __init__(self, chunks: list[dict[str, Any]]) -> None:
+        self.chunks = chunks
+        self._next = 0
+
+    @property
+    def message(self) -> dict[str, Any]:
+        """The assistant message the chunks add up to."""
+        return accumulate(self.chunks)
+
+    def outlive(self, lock: TurnLock) -> None:
+        """Nothing to hold: the provider's stream was read to its end before the turn returned."""
+
+    async def __anext__(self) -> dict[str, Any]:
+        if self._next >= len(self.chunks):
+            raise StopAsyncIteration
+        self._next += 1
+        return self.chunks[self._next - 1]
+
+
+class LiveStream(AsyncIterator[dict[str, Any]]):
+    """A stream relayed as the provider sends it: the one kind of answer that holds the turn lock while
+    the client reads it. It releases the lock when it ends, when reading it fails for any reason (a
+    cancellation included), and when it is closed unread; ``aclose`` is safe to call twice."""
+
+    def __init__(self, chunks: AsyncIterator[dict[str, Any]]) -> None:
+        self._chunks = chunks
+        self._release: Release | None = None
+
+    def outlive(self, lock: TurnLock) -> None:
+        """Own ``lock`` from now on: the turn returns while this stream is still being read."""
+        self._release = lock.hand_over()
+
+    async def __anext__(self) -> dict[str, Any]:
+        try:
+            return await self._chunks.__anext__()
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        """Close the relay (the provider call, the trace), then release the lock."""
+        try:
+            aclose = getattr(self._chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        finally:
+            release, self._release = self._release, None
+            if release is not None:
+                await release()
+
+
+Answer = Completion | BufferedStream | LiveStream
 
 
 @dataclass
 class TurnResult:
-    """A finished non-streaming answer, or an open stream of chunks, with the context headers."""
+    """A turn's answer (one of the three kinds) with the context headers."""
 
     identity: SessionIdentity
     mode: str
-    response: dict[str, Any] | None = None
-    chunks: AsyncIterator[dict[str, Any]] | None = None
+    answer: Answer
 
     @property
     def headers(self) -> dict[str, str]:
@@ -47,27 +127,53 @@ class TurnResult:
         return {"x-context-id": self.identity.context_id, "x-context-mode": self.mode}
 
 
-@dataclass
-class _Answer:
-    """One model call's answer: whole (a response, or a stream read to its end) or a live stream."""
+class TurnLock:
+    """The turn lock of one branch, held by the turn until it returns or a live stream takes it over."""
 
-    proxy_tools: frozenset[str]  # proxy-owned tools the model was offered in this call
+    def __init__(self, lock: AbstractAsyncContextManager[None]) -> None:
+        self._lock = lock
+        self._held = False
+        self._handed_over = False
+
+    async def __aenter__(self) -> TurnLock:
+        try:
+            await self._lock.__aenter__()
+        except SessionBusy as exc:
+            raise SessionConflict(str(exc)) from exc
+        self._held = True
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if not self._handed_over:
+            await self._release()
+
+    def hand_over(self) -> Release:
+        """Give up releasing at the end of the turn; the caller releases with what this returns."""
+        self._handed_over = True
+        return self._release
+
+    async def _release(self) -> None:
+        if self._held:
+            self._held = False
+            await self._lock.__aexit__(None, None, None)
+
+
+@dataclass(frozen=True)
+class _Reply:
+    """One model call's answer and what the model was offered and shown when it gave it."""
+
+    answer: Answer
+    proxy_tools: frozenset[str] = frozenset()  # proxy-owned tools the model was offered in this call
     visible_history: tuple[dict[str, Any], ...] = ()  # what the model saw when it made these calls
-    response: dict[str, Any] | None = None
-    buffered: list[dict[str, Any]] | None = None
-    live: AsyncIterator[dict[str, Any]] | None = None
-
-    @property
-    def message(self) -> dict[str, Any]:
-        if self.response is not None:
-            return dict(self.response["choices"][0]["message"])
-        return accumulate(self.buffered or [])
 
     def proxy_calls(self) -> list[dict[str, Any]]:
         """The calls of proxy-owned tools in this answer (none for a live stream: nothing was offered)."""
-        if self.live is not None or not self.proxy_tools:
+        if isinstance(self.answer, LiveStream) or not self.proxy_tools:
             return []
-        return [c for c in self.message.get("tool_calls") or [] if c["function"]["name"] in self.proxy_tools]
+        calls = self.answer.message.get("tool_calls") or []
+        return [c for c in calls if c["function"]["name"] in self.proxy_tools]
 
 
 class ProxyStepRunner(Protocol):
@@ -133,44 +239,33 @@ class TurnRunner:
     ) -> TurnResult:
         """Serve one validated request; the caller has already authorized and routed it.
 
-        The session lock is released here, whatever happens, unless a live stream took it over: that
-        stream then owns it and releases it when it ends, fails or is closed (``_LiveStream``).
-
         ``ingress`` is what a non-chat ingress records about its translation (for the trace).
         """
-        stack = AsyncExitStack()
         branch = branch_of(self._branch_hashes, identity.context_id, body["messages"])
-        try:
-            await stack.enter_async_context(self.store.turn_lock(identity.context_id, branch))
-        except SessionBusy as exc:
-            raise SessionConflict(str(exc)) from exc
-        handed_over = False
-        try:
-            result = await self._run_locked(
-                stack, body, identity, route, headers or {}, mode or self.settings.mode, ingress
+        async with TurnLock(self.store.turn_lock(identity.context_id, branch)) as lock:
+            request = await self._first_request(
+                body, identity, route, headers or {}, mode or self.settings.mode, ingress
             )
-            handed_over = isinstance(result.chunks, _LiveStream)
-            return result
-        finally:
-            if not handed_over:
-                await stack.aclose()
+            answer = await self._answer(request)
+            answer.outlive(lock)  # what the answer still needs once the turn returns (a live stream: the lock)
+            return TurnResult(identity, request.mode, answer)
 
-    async def _run_locked(
+    async def _first_request(
         self,
-        stack: AsyncExitStack,
         body: dict[str, Any],
         identity: SessionIdentity,
         route: ModelRoute,
         headers: Mapping[str, str],
         mode: Mode,
-        ingress: Mapping[str, Any] | None = None,
-    ) -> TurnResult:
+        ingress: Mapping[str, Any] | None,
+    ) -> TurnRequest:
+        """Store what is new in the request and number its first model call."""
         limits = self.limits_for(route)  # first: a window the output reserve fills is refused before any write
         reconciliation = await self.store.reconcile(identity.context_id, identity.scope, body["messages"])
         turn = await self.store.next_turn(identity.context_id)
         branch = await self._first_branch_turn(reconciliation)
         tokens = await self.calibrator.accounting(route)
-        request = TurnRequest(
+        return TurnRequest(
             identity,
             mode,
             route,
@@ -183,35 +278,41 @@ class TurnRunner:
             ingress=ingress,
             tokens=tokens,
         )
-        result = TurnResult(identity=identity, mode=mode)
+
+    async def _answer(self, request: TurnRequest) -> Answer:
+        """Call the model until it answers without a proxy-owned tool (or the round limit is reached)."""
         rounds = 0
         while True:
             call_tag.begin_round(rounds)  # record and replay: which call this is (proxy/runtime/call_tag.py)
-            answer = await self._call(request, stack)
-            calls = answer.proxy_calls()
-            if not calls:
-                return await self._deliver_after_rounds(result, answer, request, rounds)
-            if rounds >= self.settings.max_tool_rounds:
-                answer = _without_proxy_calls(answer, self.settings.max_tool_rounds)
-                return await self._deliver_after_rounds(result, answer, request, rounds)
-            rounds += 1
-            if self.steps is None:  # proxy tools are only offered by an assembler that also runs them
-                return _deliver(result, _without_proxy_calls(answer, rounds))
-            await self.steps.run_proxy_step(request, answer.message, calls, answer.visible_history)
-            # Each proxy-owned round is a model call of its own: its own turn number and trace file.
-            request = replace(
-                request,
-                turn=await self.store.next_turn(identity.context_id),
-                branch=await self._next_branch_turn(request),
-            )
+            reply = await self._call(request)
+            answer, calls = reply.answer, reply.proxy_calls()
+            offered = self.steps is not None  # proxy tools are only offered by an assembler that also runs them
+            if calls and offered and rounds < self.settings.max_tool_rounds and not isinstance(answer, LiveStream):
+                assert self.steps is not None  # ``offered``; here for the type checker
+                rounds += 1
+                await self.steps.run_proxy_step(request, answer.message, calls, reply.visible_history)
+                # Each proxy-owned round is a model call of its own: its own turn number and trace file.
+                request = replace(
+                    request,
+                    turn=await self.store.next_turn(request.identity.context_id),
+                    branch=await self._next_branch_turn(request),
+                )
+                continue
+            if calls:  # past the round limit: the client must never see a tool it does not know
+                answer = _without_proxy_calls(reply, rounds if offered else 1)
+            if rounds:
+                # The steps taken for this answer become part of the branch that continues with it.
+                await self._link_steps(request, answer)
+            return answer
 
-    async def _deliver_after_rounds(
-        self, result: TurnResult, answer: _Answer, request: TurnRequest, rounds: int
-    ) -> TurnResult:
-        """The answer, once the proxy steps taken for it are linked to it (later turns of its branch see them)."""
-        if rounds and self.steps is not None:
-            await self.steps.link_proxy_steps(request, answer.message if answer.live is None else None)
-        return _deliver(result, answer)
+    async def _link_steps(self, request: TurnRequest, answer: Answer) -> None:
+        assert self.steps is not None  # checked by the caller; here for the type checker
+        try:
+            await self.steps.link_proxy_steps(request, None if isinstance(answer, LiveStream) else answer.message)
+        except BaseException:
+            if isinstance(answer, LiveStream):
+                await answer.aclose()  # not handed to anyone: close the provider call and write its trace
+            raise
 
     async def _first_branch_turn(self, reconciliation: Reconciliation) -> BranchTurn | None:
         """This request's place on its branch, for the trace (not counted when traces are off)."""
@@ -225,18 +326,16 @@ class TurnRunner:
         head = request.reconciliation.head_hash
         return await next_branch_turn(self.store, request.identity.context_id, head, request.branch)
 
-    async def _call(self, request: TurnRequest, stack: AsyncExitStack) -> _Answer:
+    async def _call(self, request: TurnRequest) -> _Reply:
         """One model call; after a normalized overflow in dynamic mode, one forced retry."""
         try:
-            return await self._attempt(request, stack, recovery=0)
+            return await self._attempt(request, recovery=0)
         except ContextOverflow as overflow:
             if request.mode != "dynamic":
                 raise
-            return await self._retry_after_overflow(request, stack, overflow)
+            return await self._retry_after_overflow(request, overflow)
 
-    async def _retry_after_overflow(
-        self, request: TurnRequest, stack: AsyncExitStack, overflow: ContextOverflow
-    ) -> _Answer:
+    async def _retry_after_overflow(self, request: TurnRequest, overflow: ContextOverflow) -> _Reply:
         """Exactly one retry, after one forced pressure pass; a second overflow is surfaced, never looped."""
         self._limits.learn(request.route, overflow.limit, overflow.sent_tokens)
         limits = self.limits_for(request.route)
@@ -246,7 +345,7 @@ class TurnRunner:
             limits = limits.with_model_max(overflow.limit, source="provider_error")
         forced = replace(request, limits=limits, forced=True, stated_limit=overflow.limit)
         try:
-            return await self._attempt(forced, stack, recovery=1, reason=overflow.provider_message)
+            return await self._attempt(forced, recovery=1, reason=overflow.provider_message)
         except ContextOverflow as second:
             raise ContextOverflow(
                 "The request still exceeds the model's context window after one forced compaction retry: "
@@ -264,12 +363,12 @@ class TurnRunner:
                 provider_message=overflow.provider_message,
             ) from failed
 
-    async def _attempt(self, request: TurnRequest, stack: AsyncExitStack, recovery: int, reason: str = "") -> _Answer:
-        """Assemble (unless legacy), call the provider once, and trace this attempt."""
-        mode = request.mode
+    async def _attempt(self, request: TurnRequest, recovery: int, reason: str = "") -> _Reply:
+        """Assemble (unless legacy), call the provider once, and trace this attempt (a live stream's trace
+        is written when the stream ends)."""
         call_tag.begin_attempt(recovery)  # record and replay: the first attempt or the overflow retry
-        candidate = None if mode == "legacy" else await self.assembler.assemble(request)
-        sent = candidate if mode == "dynamic" else None
+        candidate = None if request.mode == "legacy" else await self.assembler.assemble(request)
+        sent = candidate if request.mode == "dynamic" else None
         llm_input = build_llm_input(request.body, request.route, sent)
         # The usage of a streamed answer is the calibration's only source for it: in dynamic mode the
         # proxy asks for it and keeps it from a client that did not (shadow and legacy send what the
@@ -277,48 +376,39 @@ class TurnRunner:
         strip_usage = sent is not None and bool(request.body.get("stream")) and not _asks_usage(llm_input)
         if strip_usage:
             llm_input["stream_options"] = {**(llm_input.get("stream_options") or {}), "include_usage": True}
-        if mode == "shadow" and candidate is not None:  # record and replay compare shadow candidates
+        if request.mode == "shadow" and candidate is not None:  # record and replay compare shadow candidates
             call_tag.offer_shadow_candidate(lambda: build_llm_input(request.body, request.route, candidate))
-        record = _trace_record(request, candidate, llm_input)
-        if recovery:
-            record["recovery"] = {"attempt": recovery, "reason": "provider_context_overflow", "providerMessage": reason}
-        answer = _Answer(
-            proxy_tools=sent.proxy_tools if sent is not None else frozenset(),
-            visible_history=sent.visible_history if sent is not None else (),
-        )
+        record = CallRecord(request, candidate, llm_input, _client_tokens(request.body), recovery, reason)
+        proxy_tools = sent.proxy_tools if sent is not None else frozenset()
+        visible = sent.visible_history if sent is not None else ()
         started = time.perf_counter()
+        live = False
         try:
+            answer: Answer
             if not request.body.get("stream"):
-                answer.response = await self.backend.complete(llm_input)
-                await self.calibrator.observe(request.route, llm_input, answer.response.get("usage"))
-            elif answer.proxy_tools:
+                response = await self.backend.complete(llm_input)
+                await self.calibrator.observe(request.route, llm_input, response.get("usage"))
+                answer = Completion(response)
+            elif proxy_tools:
                 buffered = [chunk async for chunk in await self.backend.stream(llm_input)]
                 await self.calibrator.observe(request.route, llm_input, usage_of(buffered))
-                answer.buffered = [kept for c in buffered if (kept := _client_chunk(c, strip_usage)) is not None]
+                answer = BufferedStream([kept for c in buffered if (kept := _client_chunk(c, strip_usage)) is not None])
             else:
                 chunks = await self.backend.stream(llm_input)
-                relay = self._finish_stream(chunks, request, record, recovery, llm_input, strip_usage)
-                answer.live = _LiveStream(relay, stack)
-                return answer  # its trace is written when the stream ends
+                answer, live = LiveStream(self._finish_stream(chunks, record, strip_usage)), True
+            return _Reply(answer, proxy_tools, visible)
         except ProxyError as exc:
-            record["providerError"] = exc.body()["error"]
+            record.provider_error = exc.body()["error"]
             if isinstance(exc, ContextOverflow):
                 exc.sent_tokens = _estimated_size(llm_input, exc.counts_output)
             raise
         finally:
-            record["providerMs"] = round((time.perf_counter() - started) * 1000, 3)
-            if answer.live is None:
-                self._write_trace(request, record, recovery)
-        return answer
+            record.provider_ms = round((time.perf_counter() - started) * 1000, 3)
+            if not live:
+                self._write_trace(record)
 
     async def _finish_stream(
-        self,
-        chunks: AsyncIterator[dict[str, Any]],
-        request: TurnRequest,
-        record: dict[str, Any],
-        recovery: int,
-        llm_input: dict[str, Any],
-        strip_usage: bool,
+        self, chunks: AsyncIterator[dict[str, Any]], record: CallRecord, strip_usage: bool
     ) -> AsyncIterator[dict[str, Any]]:
         """Relay the chunks (without the usage the proxy asked for itself), learn from the usage when the
         stream ends; the trace is written when the stream ends, fails or is dropped."""
@@ -329,9 +419,9 @@ class TurnRunner:
                 kept = _client_chunk(chunk, strip_usage)
                 if kept is not None:
                     yield kept
-            await self.calibrator.observe(request.route, llm_input, usage)
+            await self.calibrator.observe(record.request.route, record.llm_input, usage)
         except ProxyError as exc:
-            record["providerError"] = exc.body()["error"]
+            record.provider_error = exc.body()["error"]
             raise
         finally:
             try:
@@ -339,39 +429,12 @@ class TurnRunner:
                 if aclose is not None:
                     await aclose()
             finally:
-                self._write_trace(request, record, recovery)
+                self._write_trace(record)
 
-    def _write_trace(self, request: TurnRequest, record: dict[str, Any], recovery: int) -> None:
+    def _write_trace(self, record: CallRecord) -> None:
         if self.traces is not None:
-            self.traces.write(request.identity.context_id, request.turn, record, recovery=recovery)
-
-
-class _LiveStream(AsyncIterator[dict[str, Any]]):
-    """The one kind of answer that still holds the session lock while the client reads it.
-
-    It owns the lock (``stack``): the lock is released when the stream ends, when reading it fails
-    for any reason (a cancellation included), and when it is closed unread.
-    """
-
-    def __init__(self, chunks: AsyncIterator[dict[str, Any]], stack: AsyncExitStack) -> None:
-        self._chunks = chunks
-        self._stack = stack
-
-    async def __anext__(self) -> dict[str, Any]:
-        try:
-            return await self._chunks.__anext__()
-        except BaseException:
-            await self.aclose()
-            raise
-
-    async def aclose(self) -> None:
-        """Close the relay (the provider call, the trace), then release the lock; safe to call twice."""
-        try:
-            aclose = getattr(self._chunks, "aclose", None)
-            if aclose is not None:
-                await aclose()
-        finally:
-            await self._stack.aclose()
+            request = record.request
+            self.traces.write(request.identity.context_id, request.turn, trace_json(record), recovery=record.recovery)
 
 
 def _asks_usage(llm_input: Mapping[str, Any]) -> bool:
@@ -389,38 +452,25 @@ def _client_chunk(chunk: dict[str, Any], strip_usage: bool) -> dict[str, Any] | 
     return {key: value for key, value in chunk.items() if key != "usage"}
 
 
-def _deliver(result: TurnResult, answer: _Answer) -> TurnResult:
-    if answer.response is not None:
-        result.response = answer.response
-    elif answer.buffered is not None:
-        result.chunks = _replay(answer.buffered)
-    else:
-        result.chunks = answer.live
-    return result
-
-
-async def _replay(chunks: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
-    for chunk in chunks:
-        yield chunk
-
-
-def _without_proxy_calls(answer: _Answer, rounds: int) -> _Answer:
+def _without_proxy_calls(reply: _Reply, rounds: int) -> Answer:
     """The answer with its proxy-owned calls removed: the client must never see a tool it does not know."""
+    answer = reply.answer
+    assert not isinstance(answer, LiveStream)  # a live stream offered no proxy tool, so it has no such call
     message = answer.message
-    kept = [c for c in message.get("tool_calls") or [] if c["function"]["name"] not in answer.proxy_tools]
+    kept = [c for c in message.get("tool_calls") or [] if c["function"]["name"] not in reply.proxy_tools]
     message.pop("tool_calls", None)
     if kept:
         message["tool_calls"] = kept
     elif not message.get("content"):
         message["content"] = f"[context-proxy: the model was still calling proxy-owned tools after {rounds} rounds]"
-    if answer.response is not None:
+    if isinstance(answer, Completion):
         response = copy.deepcopy(answer.response)
         response["choices"][0]["message"] = {**response["choices"][0]["message"], **message}
         if not kept:
             response["choices"][0]["message"].pop("tool_calls", None)
         response["choices"][0]["finish_reason"] = "tool_calls" if kept else "stop"
-        return _Answer(answer.proxy_tools, response=response)
-    return _Answer(answer.proxy_tools, buffered=synthesize(answer.buffered or [], message))
+        return Completion(response)
+    return BufferedStream(synthesize(answer.chunks, message))
 
 
 def build_llm_input(body: dict[str, Any], route: ModelRoute, candidate: Candidate | None) -> dict[str, Any]:
@@ -452,45 +502,7 @@ def _estimated_size(llm_input: dict[str, Any], counts_output: bool) -> int:
     return size
 
 
-def _trace_record(request: TurnRequest, candidate: Candidate | None, llm_input: dict[str, Any]) -> dict[str, Any]:
-    """A schema-v5 trace of one model call: the runtime's facts plus every stage the assembler recorded."""
-    limits = request.limits
-    stages = dict(candidate.record) if candidate is not None else {}
-    path = stages.pop("path", "dynamic") if candidate is not None else "legacy"
-    return {
-        "contextId": request.identity.context_id,
-        "contextIdSource": request.identity.source,
-        "turn": request.turn,
-        "mode": request.mode,
-        "scope": request.identity.scope,
-        "model": request.route.model_name,
-        "selectedPath": path,
-        "budgets": {
-            "modelMaxTokens": limits.model_max_tokens,
-            "outputReserveTokens": limits.output_reserve_tokens,
-            "contextWindowTokens": limits.context_window_tokens,
-            "effectiveInputTokens": limits.effective_input_tokens,
-            "source": limits.source,
-            **({"estimator": request.tokens.record()} if request.tokens is not None else {}),
-        },
-        "session": {
-            "headHash": request.reconciliation.head_hash,
-            "knownMessages": request.reconciliation.known_count,
-            "newMessages": len(request.reconciliation.new_messages),
-            "forked": request.reconciliation.forked,
-            **({"branch": request.branch.record()} if request.branch is not None else {}),
-        },
-        "contributors": stages.pop("contributors", []),
-        "collection": stages.pop("collection", None),
-        "admitted": stages.pop("admitted", None),
-        "renderedContext": stages.pop("renderedContext", None),
-        "compaction": stages.pop("compaction", None),
-        **stages,
-        **({"ingress": dict(request.ingress)} if request.ingress else {}),
-        # What the client's own request costs (estimated like ``estimatedTokens``): what a passthrough
-        # would send, so a report can set it against the candidate in every mode.
-        "clientTokens": _estimated_size(
-            {"messages": request.body.get("messages"), "tools": request.body.get("tools")}, counts_output=False
-        ),
-        "llmInput": redact_llm_input(llm_input),
-    }
+def _client_tokens(body: Mapping[str, Any]) -> int:
+    """What the client's own request costs (estimated like ``estimatedTokens``): what a passthrough would
+    send, so a report can set it against the candidate in every mode."""
+    return _estimated_size({"messages": body.get("messages"), "tools": body.get("tools")}, counts_output=False)

@@ -10,7 +10,6 @@ from proxy.session.sqlite_files import DataFolderInUse, private_folder
 from proxy.session.store import SessionStore
 
 SQLITE_FILE_NAME = "sessions.sqlite3"
-_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
 def open_store(store_url: str | None, data_dir: Path, lock_timeout_seconds: float) -> SessionStore:
@@ -21,10 +20,8 @@ def open_store(store_url: str | None, data_dir: Path, lock_timeout_seconds: floa
     selects the SQLite file ``<data_dir>/sessions.sqlite3``, creating ``data_dir`` private to the user
     (``open()`` tightens it, and refuses when another process has the file: ``DataFolderInUse``).
     """
-    if store_url and store_url.startswith(_POSTGRES_SCHEMES):
-        return PostgresSessionStore.from_url(store_url, lock_timeout_seconds=lock_timeout_seconds)
     if store_url:
-        raise ValueError(f"store URL {store_url!r} is not a postgresql:// URL (leave it unset for SQLite)")
+        return PostgresSessionStore.from_url(store_url, lock_timeout_seconds=lock_timeout_seconds)
     private_folder(data_dir)
     return SqliteSessionStore(data_dir / SQLITE_FILE_NAME, lock_timeout_seconds=lock_timeout_seconds)
 

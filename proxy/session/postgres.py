@@ -20,6 +20,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 
+from proxy.canonical import HistoryEntry
 from proxy.session import reconcile as rc
 from proxy.session.postgres_lock import AdvisoryTurnLocks
 from proxy.session.postgres_schema import check_schema_name, migrate
@@ -27,9 +28,7 @@ from proxy.session.store import (
     SECRET_BYTES,
     BranchState,
     Reconciliation,
-    SessionInfo,
     SkillRef,
-    StoredMessage,
     StoreError,
     UnknownSession,
 )
@@ -99,8 +98,11 @@ class PostgresSessionStore:
     def from_url(cls, url: str, lock_timeout_seconds: float) -> PostgresSessionStore:
         """A store for a ``postgresql://`` URL, honouring its ``schema``, ``pool_size`` and ``lock_connections``.
 
-        Raises ``ValueError`` naming the parameter when one of them is repeated or invalid.
+        Raises ``ValueError`` naming the parameter when one of them is repeated or invalid, or when the
+        URL is not a PostgreSQL one. The one check of the store URL: ``check_settings`` runs it at start-up.
         """
+        if not url.startswith(("postgresql://", "postgres://")):
+            raise ValueError(f"{url!r} is not a postgresql:// URL (unset means SQLite)")
         dsn, options = split_url_options(url)
         schema = options.get("schema", DEFAULT_SCHEMA)
         pool_size = _positive_option(options, "pool_size", DEFAULT_POOL_SIZE)
@@ -213,17 +215,17 @@ class PostgresSessionStore:
 
         return await self._write(work)
 
-    async def transcript(self, context_id: str, head_hash: str) -> list[StoredMessage]:
+    async def transcript(self, context_id: str, head_hash: str) -> list[HistoryEntry]:
         """The branch ending at ``head_hash``, oldest first, in one recursive query."""
 
-        async def work(conn: Any) -> list[StoredMessage]:
+        async def work(conn: Any) -> list[HistoryEntry]:
             rows = await conn.fetch(
                 _BRANCH_SQL + "SELECT position, chain_hash, message, tool_output_ref FROM branch ORDER BY position",
                 context_id,
                 head_hash,
             )
             return [
-                StoredMessage(row["position"], row["chain_hash"], rc.load_json(row["message"]), row["tool_output_ref"])
+                HistoryEntry(rc.load_json(row["message"]), row["chain_hash"], row["tool_output_ref"], row["position"])
                 for row in rows
             ]
 
@@ -237,19 +239,6 @@ class PostgresSessionStore:
             )
         )
         return None if body is None else str(body)
-
-    async def session(self, context_id: str) -> SessionInfo | None:
-        """The session's record, or ``None``."""
-        row = await self._read(
-            lambda conn: conn.fetchrow(
-                "SELECT scope, turns, head_hash, created_at, updated_at FROM sessions WHERE context_id = $1",
-                context_id,
-            )
-        )
-        if row is None:
-            return None
-        times = {"created_at": row["created_at"].isoformat(), "updated_at": row["updated_at"].isoformat()}
-        return SessionInfo(context_id, row["scope"], row["turns"], row["head_hash"], times)
 
     async def next_turn(self, context_id: str) -> int:
         """Increment and return the session's model-call counter."""
@@ -312,15 +301,6 @@ class PostgresSessionStore:
             )
 
         await self._write(work)
-
-    async def checkpoint(self, context_id: str, covers_hash: str) -> dict[str, Any] | None:
-        """The checkpoint covering up to ``covers_hash``, or ``None``."""
-        text = await self._read(
-            lambda conn: conn.fetchval(
-                "SELECT checkpoint FROM checkpoints WHERE context_id = $1 AND covers_hash = $2", context_id, covers_hash
-            )
-        )
-        return None if text is None else dict(rc.load_json(text))
 
     async def checkpoints(self, context_id: str) -> dict[str, dict[str, Any]]:
         """Every checkpoint of the session, by covered chain hash."""

@@ -13,8 +13,8 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.canonical import GENESIS, chain_hashes, content_text, message_digest
-from proxy.session.store import BranchState, StoredMessage, tool_output_ref
+from proxy.canonical import GENESIS, HistoryEntry, chain_hashes, content_text, message_digest
+from proxy.session.store import BranchState, tool_output_ref
 
 
 def json_text(value: Any) -> str:
@@ -154,9 +154,9 @@ class MessageRow:
     tool_ref: str | None
     tool_body: str | None
 
-    def stored(self) -> StoredMessage:
+    def stored(self) -> HistoryEntry:
         """The row as the protocol returns it."""
-        return StoredMessage(self.position, self.chain_hash, load_json(self.message_json), self.tool_ref)
+        return HistoryEntry(load_json(self.message_json), self.chain_hash, self.tool_ref, self.position)
 
 
 def message_rows(messages: Sequence[Mapping[str, Any]], hashes: Sequence[str], start: int) -> Iterator[MessageRow]:

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from proxy.canonical import HistoryEntry
 from proxy.session import reconcile as rc
 from proxy.session.locks import SessionLocks
 from proxy.session.sqlite_files import ProcessLock, private_database, private_folder
@@ -29,9 +30,7 @@ from proxy.session.store import (
     SECRET_BYTES,
     BranchState,
     Reconciliation,
-    SessionInfo,
     SkillRef,
-    StoredMessage,
     StoreError,
     UnknownSession,
 )
@@ -223,7 +222,7 @@ class SqliteSessionStore:
             forked = rc.fork_without_lookup(previous_head, hashes, known)
             if forked is None:
                 forked = not _is_ancestor(conn, context_id, hashes[-1], previous_head, len(hashes) - 1)
-            new: list[StoredMessage] = []
+            new: list[HistoryEntry] = []
             for row in rc.message_rows(messages, hashes, known):
                 conn.execute(
                     "INSERT INTO messages (context_id, chain_hash, parent_hash, position, message, tool_output_ref)"
@@ -244,15 +243,15 @@ class SqliteSessionStore:
 
         return await self._w().write(work)
 
-    async def transcript(self, context_id: str, head_hash: str) -> list[StoredMessage]:
+    async def transcript(self, context_id: str, head_hash: str) -> list[HistoryEntry]:
         """The branch ending at ``head_hash``, oldest first, in one recursive query."""
 
-        def work(conn: sqlite3.Connection) -> list[StoredMessage]:
+        def work(conn: sqlite3.Connection) -> list[HistoryEntry]:
             rows = conn.execute(
                 _BRANCH_SQL + "SELECT position, chain_hash, message, tool_output_ref FROM branch ORDER BY position",
                 {"cid": context_id, "head": head_hash},
             ).fetchall()
-            return [StoredMessage(pos, chash, rc.load_json(msg), ref) for pos, chash, msg, ref in rows]
+            return [HistoryEntry(rc.load_json(msg), chash, ref, pos) for pos, chash, msg, ref in rows]
 
         return await self._r().run(work)
 
@@ -264,19 +263,6 @@ class SqliteSessionStore:
             ).fetchone()
         )
         return None if row is None else str(row[0])
-
-    async def session(self, context_id: str) -> SessionInfo | None:
-        """The session's record, or ``None``."""
-        row = await self._r().run(
-            lambda conn: conn.execute(
-                "SELECT scope, turns, head_hash, created_at, updated_at FROM sessions WHERE context_id = ?",
-                (context_id,),
-            ).fetchone()
-        )
-        if row is None:
-            return None
-        scope, turns, head, created_at, updated_at = row
-        return SessionInfo(context_id, scope, turns, head, {"created_at": created_at, "updated_at": updated_at})
 
     async def next_turn(self, context_id: str) -> int:
         """Increment and return the session's model-call counter."""
@@ -333,15 +319,6 @@ class SqliteSessionStore:
             )
 
         await self._w().write(work)
-
-    async def checkpoint(self, context_id: str, covers_hash: str) -> dict[str, Any] | None:
-        """The checkpoint covering up to ``covers_hash``, or ``None``."""
-        row = await self._r().run(
-            lambda conn: conn.execute(
-                "SELECT checkpoint FROM checkpoints WHERE context_id = ? AND covers_hash = ?", (context_id, covers_hash)
-            ).fetchone()
-        )
-        return None if row is None else dict(rc.load_json(row[0]))
 
     async def checkpoints(self, context_id: str) -> dict[str, dict[str, Any]]:
         """Every checkpoint of the session, by covered chain hash."""

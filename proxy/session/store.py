@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
+
+from proxy.canonical import HistoryEntry
 
 SECRET_BYTES = 32  # of every secret a store makes (``SessionStore.secret``)
 
@@ -41,23 +43,13 @@ class UnknownSession(StoreError):
 
 
 @dataclass(frozen=True)
-class StoredMessage:
-    """One transcript message at its position in a branch."""
-
-    position: int
-    chain_hash: str
-    message: dict[str, Any]
-    tool_output_ref: str | None = None  # set on tool messages whose body is stored
-
-
-@dataclass(frozen=True)
 class Reconciliation:
     """How a request's messages relate to what the store already knew."""
 
     context_id: str
     head_hash: str  # chain hash of the request's last message
     known_count: int  # leading request messages that were already stored
-    new_messages: list[StoredMessage]  # the rest, now stored, in order
+    new_messages: list[HistoryEntry]  # the rest, now stored, in order
     forked: bool  # the request left the branch the session last continued
     created: bool  # the session did not exist before this request
     chain_hashes: tuple[str, ...] = ()  # of every request message, in order (the last is head_hash)
@@ -78,17 +70,6 @@ class SkillRef:
     name: str
     revision: str
     chain_hash: str  # the tool-result message that carried the body
-
-
-@dataclass(frozen=True)
-class SessionInfo:
-    """What the store keeps about a session besides its transcript."""
-
-    context_id: str
-    scope: str
-    turns: int
-    head_hash: str
-    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 def tool_output_ref(chain_hash: str) -> str:
@@ -116,14 +97,11 @@ class SessionStore(Protocol):
     async def reconcile(self, context_id: str, scope: str, messages: Sequence[Mapping[str, Any]]) -> Reconciliation:
         """Store the request's new suffix (one transaction) and its tool bodies; return where it continues."""
 
-    async def transcript(self, context_id: str, head_hash: str) -> list[StoredMessage]:
+    async def transcript(self, context_id: str, head_hash: str) -> list[HistoryEntry]:
         """The branch ending at ``head_hash``, oldest first (empty for an unknown head)."""
 
     async def tool_output(self, context_id: str, ref: str) -> str | None:
         """A stored tool body by reference; ``None`` when the reference is not this session's."""
-
-    async def session(self, context_id: str) -> SessionInfo | None:
-        """The session's record, or ``None`` if it was never seen."""
 
     async def next_turn(self, context_id: str) -> int:
         """Increment and return the session's model-call counter (1 for the first call)."""
@@ -138,9 +116,6 @@ class SessionStore(Protocol):
 
     async def put_checkpoint(self, context_id: str, covers_hash: str, checkpoint: Mapping[str, Any]) -> None:
         """Store a resident checkpoint keyed by the chain hash of the last message it covers."""
-
-    async def checkpoint(self, context_id: str, covers_hash: str) -> dict[str, Any] | None:
-        """The checkpoint covering up to ``covers_hash``, if one was stored."""
 
     async def checkpoints(self, context_id: str) -> dict[str, dict[str, Any]]:
         """Every checkpoint of the session, by the chain hash it covers."""

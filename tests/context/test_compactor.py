@@ -7,14 +7,13 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.canonical import content_text
+from proxy.canonical import HistoryEntry, content_text
 from proxy.context.checkpoint import Checkpoint, is_checkpoint_message, quote_body
 from proxy.context.compactor import (
     SPLIT_NOTE,
     CompactionConfig,
     CompactionResult,
     HistoryCompactor,
-    HistoryEntry,
     history_entries,
 )
 from proxy.context.estimators import CachingEstimator, ConservativeTokenEstimator

@@ -162,8 +162,3 @@ def test_unfinished_calls_are_never_dropped_and_reported() -> None:
 def test_no_budget_left() -> None:
     with pytest.raises(AssemblyFailed, match="no token budget"):
         WINDOW.apply([user("x")], limit_tokens=0, estimator=EST)
-
-
-def test_trace_is_plain_data() -> None:
-    out = WINDOW.apply([user("x")], limit_tokens=100, estimator=EST)
-    assert out.to_trace()["statistics"]["kept_messages"] == 1

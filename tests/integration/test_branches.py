@@ -25,6 +25,7 @@ from proxy.demo.science import is_summary_request
 from proxy.demo.scripted_provider import Reply, ToolCall
 from proxy.identity import identify
 from proxy.session import open_store
+from tests.session.store_rows import session_info
 
 RUNS = 10
 STEPS = 8  # model calls per run: seven tool steps, then the answer
@@ -182,7 +183,7 @@ async def test_identical_requests_sent_together_take_turns_and_store_one_copy(
     await store.open()
     try:
         context_id = identify({}, {"messages": messages}).context_id
-        info = await store.session(context_id)
+        info = await session_info(store, context_id)
         transcript = await store.transcript(context_id, chain_hashes(messages)[-1])
     finally:
         await store.close()

@@ -370,7 +370,7 @@ def test_dynamic_main_loads_a_skill_and_promotes_a_deferred_tool(provider, pinne
         assert set(statuses.values()) == {"ok"}
         assert sorted(s["id"] for s in trace["collection"]["sections"]) == sorted(MAIN_SECTIONS)  # as collected
         assert [s["id"] for s in trace["admitted"]["sections"]] == MAIN_SECTIONS  # admitted in slot order
-        assert trace["compaction"]["reason"] is None and trace["compaction"]["compacted_refs"] == []
+        assert trace["compaction"]["reason"] is None and trace["compaction"]["compactedRefs"] == []
 
 
 # --- the model-facing budget and a contributor package --------------------------------------------------
@@ -514,7 +514,7 @@ def test_provider_overflow_is_retried_once_after_a_forced_pass(provider, pinned_
     assert recovery["recovery"]["attempt"] == 1 and recovery["recovery"]["reason"] == "provider_context_overflow"
     assert recovery["compaction"]["recovery"] == {"reason": "provider_context_overflow", "statedLimit": 2_500}
     assert recovery["budgets"]["source"] == "provider_error"
-    assert recovery["compaction"]["compacted_refs"]  # old outputs became previews with references
+    assert recovery["compaction"]["compactedRefs"]  # old outputs became previews with references
     _assert_llm_input_was_sent(original, sent[0])
     _assert_llm_input_was_sent(recovery, sent[1])
     assert len(json.dumps(sent[1]["messages"])) < len(json.dumps(sent[0]["messages"])) // 2
@@ -595,12 +595,12 @@ def test_subagent_past_the_compaction_threshold_keeps_plan_and_skill_references(
             (plan,) = _hidden(body, "plan")
             assert "[in_progress] calibrate the diffractometer" in plan and 'authority="data_only"' in plan
 
-    compacted = [t for t in traces if t["compaction"]["compacted_refs"]]
-    summarized = [t for t in traces if t["compaction"]["summarized_messages"]]
+    compacted = [t for t in traces if t["compaction"]["compactedRefs"]]
+    summarized = [t for t in traces if t["compaction"]["summarizedMessages"]]
     assert compacted and summarized
     first = summarized[0]["compaction"]
-    assert first["reason"] and first["tokens_after"] < first["tokens_before"]
-    assert first["checkpoint_tokens"] < first["summary_source_tokens"]
+    assert first["reason"] and first["tokensAfter"] < first["tokensBefore"]
+    assert first["checkpointTokens"] < first["summarySourceTokens"]
     assert summarized[0]["summarizerCalls"][0]["llmInput"]["messages"] == summaries[0]["messages"]
 
     final, final_trace = sent[-1], traces[-1]
@@ -682,7 +682,7 @@ def test_responses_session_with_proxy_and_remote_compaction_is_pinned(provider, 
     assert remote["llmInput"]["messages"] in [s["messages"] for s in summaries]
     traces = [t for t in traces if t is not remote]
     assert len(traces) == len(sent)
-    assert any(t["compaction"]["summarized_messages"] for t in traces)
+    assert any(t["compaction"]["summarizedMessages"] for t in traces)
     for trace, body in zip(traces, sent, strict=True):
         _assert_llm_input_was_sent(trace, body)
         assert trace["ingress"]["hostedToolsOmitted"] == ["web_search"]

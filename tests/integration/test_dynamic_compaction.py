@@ -118,7 +118,7 @@ def test_compacted_run_streams_and_keeps_traces_per_call(start_proxy, provider, 
     traces = sorted(folder.glob("turn-*.json"))
     assert len(traces) == turns + 1  # one file per model call: the proxy-owned round is a turn of its own
     compactions = [json.loads(p.read_text())["compaction"] for p in traces]
-    assert any(c and c.get("compacted_refs") for c in compactions)
+    assert any(c and c.get("compactedRefs") for c in compactions)
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -63,7 +63,7 @@ def test_subagent_example_compacts_and_keeps_plan_and_skill_references(two_runs:
     last = json.dumps(sent[-1]["messages"])
     assert 'source=\\"plan\\"' in last and 'source=\\"skills\\"' in last and "read_skill" in last
     traces = _load(folder / "traces", "turn-*.json")
-    assert any(t["compaction"]["summarized_messages"] for t in traces)
+    assert any(t["compaction"]["summarizedMessages"] for t in traces)
     assert all(t["providerMs"] == 0 and t["assemblyMs"] == 0 for t in traces)  # timings normalized
 
 

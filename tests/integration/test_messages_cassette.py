@@ -98,4 +98,4 @@ def test_messages_session_through_a_compaction_is_pinned(provider, pinned_proxy,
         assert TASK in json.dumps(body["messages"])
         assert "cache_control" not in json.dumps(body)  # an openai/ route: litellm drops Anthropic's marks
         assert "anthropic-beta" not in json.dumps(trace)
-    assert any(t["compaction"]["summarized_messages"] for t in traces)
+    assert any(t["compaction"]["summarizedMessages"] for t in traces)

@@ -32,6 +32,7 @@ from proxy.context.nonce import SECRET_NAME, session_nonce
 from proxy.demo.scripted_provider import Reply, ScriptedProvider, serve_in_thread
 from proxy.session import open_store
 from proxy.session.store import SessionStore
+from tests.session.store_rows import session_info, stored_checkpoint
 
 pytestmark = pytest.mark.postgres
 
@@ -131,7 +132,7 @@ async def test_thirty_sessions_alternating_between_two_replicas_are_stored_once_
         if turn != HANDOFF_TURN:
             return
         index = run.served_by[-1]
-        info = await writer.session(run.session_id)
+        info = await session_info(writer, run.session_id)
         assert info is not None
         head = info.head_hash
         # A well-formed record, as the compactor stores it: the dynamic pipeline of the next replica
@@ -190,12 +191,12 @@ async def _check_session(
         assert trace["session"]["forked"] is False, (sid, turn)
         # The checkpoint written after turn 10 is reused by every later turn (turn 11 on the other
         # replica first) and stands in the model's input for the steps it covers.
-        reused = (trace["compaction"] or {}).get("reused_checkpoint")
+        reused = (trace["compaction"] or {}).get("reusedCheckpoint")
         shown = handoff[1].message(nonce) in trace["llmInput"]["messages"]
         assert (reused, shown) == ((handoff[0], True) if turn > HANDOFF_TURN else (None, False)), (sid, turn)
     head = traces[f"turn-{TURNS:04d}.json"][0][1]["session"]["headHash"]
 
-    info = await store.session(sid)
+    info = await session_info(store, sid)
     assert info is not None and info.head_hash == head
     assert info.turns == model_calls == TURNS, sid
     transcript = await store.transcript(sid, head)
@@ -203,7 +204,7 @@ async def _check_session(
 
     covers, checkpoint = handoff
     assert transcript[2 * HANDOFF_TURN - 1].chain_hash == covers  # the branch continued past it
-    assert await store.checkpoint(sid, covers) == checkpoint.to_record()
+    assert await stored_checkpoint(store, sid, covers) == checkpoint.to_record()
     assert run.served_by[HANDOFF_TURN] != run.served_by[HANDOFF_TURN - 1]  # turn 11 ran on the other replica
 
 
@@ -308,7 +309,7 @@ async def test_a_checkpoint_one_replica_wrote_is_reused_by_the_other(
         compaction = trace["compaction"] or {}
         if compaction.get("newCheckpoint"):
             written[compaction["checkpointCovers"]] = index
-        reused = compaction.get("reused_checkpoint")
+        reused = compaction.get("reusedCheckpoint")
         if reused in written and written[reused] != index:
             reused_elsewhere.append(name)
     assert written, "no replica wrote a checkpoint"

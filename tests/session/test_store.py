@@ -11,6 +11,7 @@ import pytest
 
 from proxy.canonical import chain_hashes
 from proxy.session.store import SECRET_BYTES, SessionStore, SkillRef, UnknownSession, tool_output_ref
+from tests.session.store_rows import session_info, stored_checkpoint
 
 Message = dict[str, Any]
 
@@ -60,11 +61,11 @@ async def test_first_request_creates_the_session_and_stores_every_message(store:
     assert [(m.position, m.chain_hash, m.message) for m in r.new_messages] == list(
         zip([0, 1], hashes, messages, strict=True)
     )
-    info = await store.session("s1")
+    info = await session_info(store, "s1")
     assert info is not None
     assert (info.context_id, info.scope, info.turns, info.head_hash) == ("s1", "subagent", 0, hashes[-1])
     assert "created_at" in info.metadata
-    assert await store.session("other") is None
+    assert await session_info(store, "other") is None
 
 
 async def test_continuation_stores_only_the_new_suffix(store: SessionStore) -> None:
@@ -78,7 +79,7 @@ async def test_continuation_stores_only_the_new_suffix(store: SessionStore) -> N
     assert [m.position for m in r.new_messages] == [len(first), len(first) + 1]
     assert [m.message for m in r.new_messages] == second[len(first) :]
     assert await stored_messages(store, "s", r.head_hash) == second
-    info = await store.session("s")
+    info = await session_info(store, "s")
     assert info is not None and info.head_hash == r.head_hash
 
 
@@ -125,7 +126,7 @@ async def test_divergent_message_forks_and_both_branches_stay_whole(store: Sessi
     assert [m.position for m in b.new_messages] == [3, 4]
     assert await stored_messages(store, "s", a.head_hash) == branch_a
     assert await stored_messages(store, "s", b.head_hash) == branch_b
-    info = await store.session("s")
+    info = await session_info(store, "s")
     assert info is not None and info.head_hash == b.head_hash
 
     # Continuing the new branch is not a fork.
@@ -144,7 +145,7 @@ async def test_rewinding_to_an_earlier_point_of_the_branch_is_not_a_fork(store: 
     r = await store.reconcile("s", "main", messages[:3])
 
     assert (r.forked, r.known_count, r.new_messages) == (False, 3, [])
-    info = await store.session("s")
+    info = await session_info(store, "s")
     assert info is not None and info.head_hash == chain_hashes(messages[:3])[-1]
 
 
@@ -197,7 +198,7 @@ async def test_a_tool_reference_of_another_session_is_unknown(store: SessionStor
 async def test_empty_requests_are_a_caller_error_and_store_nothing(store: SessionStore) -> None:
     with pytest.raises(ValueError, match="at least one message"):
         await store.reconcile("s", "main", [])
-    assert await store.session("s") is None
+    assert await session_info(store, "s") is None
 
 
 async def test_unknown_head_has_an_empty_transcript(store: SessionStore) -> None:
@@ -213,7 +214,7 @@ async def test_a_failed_reconcile_of_a_new_session_leaves_nothing(store: Session
     with pytest.raises(ValueError, match="message 4"):
         await store.reconcile("s", "main", messages)
 
-    assert await store.session("s") is None
+    assert await session_info(store, "s") is None
     hashes = chain_hashes(messages)
     assert await store.transcript("s", hashes[3]) == []
     assert await store.tool_output("s", tool_output_ref(hashes[3])) is None
@@ -229,7 +230,7 @@ async def test_a_failed_continuation_leaves_the_session_as_it_was(store: Session
     with pytest.raises(ValueError):
         await store.reconcile("s", "main", messages)
 
-    info = await store.session("s")
+    info = await session_info(store, "s")
     assert info is not None and info.head_hash == before.head_hash
     hashes = chain_hashes(messages)
     assert await store.transcript("s", hashes[-2]) == []
@@ -308,7 +309,7 @@ async def test_different_sessions_reconcile_concurrently_without_mixing(store: S
     sent = await asyncio.gather(*(drive(n) for n in range(20)))
 
     for n, messages in enumerate(sent):
-        info = await store.session(f"s{n}")
+        info = await session_info(store, f"s{n}")
         assert info is not None
         assert await stored_messages(store, f"s{n}", info.head_hash) == messages
 
@@ -347,7 +348,7 @@ async def test_next_turn_counts_atomically(store: SessionStore) -> None:
     await store.reconcile("s", "main", conversation(1))
     turns = await asyncio.gather(*(store.next_turn("s") for _ in range(25)))
     assert sorted(turns) == list(range(1, 26))
-    info = await store.session("s")
+    info = await session_info(store, "s")
     assert info is not None and info.turns == 25
     with pytest.raises(UnknownSession):
         await store.next_turn("never-seen")
@@ -511,12 +512,12 @@ async def test_a_restart_keeps_every_session(backend: Any) -> None:
 
     second = await backend.open()
 
-    info = await second.session("s")
+    info = await session_info(second, "s")
     assert info is not None and (info.scope, info.turns, info.head_hash) == ("reviewer", 1, r.head_hash)
     assert await stored_messages(second, "s", r.head_hash) == messages
     assert await second.tool_output("s", tool_output_ref(r.head_hash)) == "the body"
     assert await second.state("s", r.head_hash, "plan") == {"step": 2}
-    assert await second.checkpoint("s", r.head_hash) == {"summary": "so far"}
+    assert await stored_checkpoint(second, "s", r.head_hash) == {"summary": "so far"}
     assert await second.skill_refs("s") == [SkillRef("titration", "rev-1", r.head_hash)]
     assert await second.internal_steps("s", r.head_hash) == [call("p1"), result("p1", "proxy tool output")]
     assert await second.next_turn("s") == 2
@@ -539,7 +540,7 @@ async def test_migrations_are_idempotent_and_safe_to_run_at_once(backend: Any) -
     await a.open()  # opening an open store is a no-op
     c = await backend.open()
     assert await backend.versions() == versions
-    assert await c.session("s") is not None
+    assert await session_info(c, "s") is not None
 
 
 async def test_a_secret_is_made_once_and_shared_by_replicas_and_restarts(backend: Any) -> None:
@@ -616,9 +617,9 @@ async def test_checkpoints_round_trip_by_covered_hash(store: SessionStore) -> No
     await store.put_checkpoint("s", hashes[4], {"summary": "second"})
     await store.put_checkpoint("s", hashes[2], {"summary": "first, revised"})
 
-    assert await store.checkpoint("s", hashes[2]) == {"summary": "first, revised"}
-    assert await store.checkpoint("s", r.head_hash) == {"summary": "second"}
-    assert await store.checkpoint("s", hashes[1]) is None
+    assert await stored_checkpoint(store, "s", hashes[2]) == {"summary": "first, revised"}
+    assert await stored_checkpoint(store, "s", r.head_hash) == {"summary": "second"}
+    assert await stored_checkpoint(store, "s", hashes[1]) is None
     assert await store.checkpoints("s") == {hashes[2]: {"summary": "first, revised"}, hashes[4]: {"summary": "second"}}
     assert list(await store.checkpoints("s")) == [hashes[2], hashes[4]]
     assert await store.checkpoints("other") == {}

@@ -8,6 +8,7 @@ import pytest
 
 from proxy.config import ConfigError, Settings
 from proxy.runtime.limits import resolve_limits
+from proxy.runtime.services import check_settings
 
 
 def test_defaults_without_environment():
@@ -28,12 +29,17 @@ def test_defaults_without_environment():
         ({"SCIENCE_AGENT_CONTEXT_WINDOW_TOKENS": "12k"}, "SCIENCE_AGENT_CONTEXT_WINDOW_TOKENS='12k'"),
         ({"SCIENCE_AGENT_CONTEXT_PRESSURE_PERCENT": "150"}, "SCIENCE_AGENT_CONTEXT_PRESSURE_PERCENT=150"),
         ({"SCIENCE_AGENT_CONTEXT_TRACE": "maybe"}, "SCIENCE_AGENT_CONTEXT_TRACE='maybe'"),
-        ({"CONTEXT_PROXY_STORE_URL": "mysql://x"}, "CONTEXT_PROXY_STORE_URL='mysql://x'"),
     ],
 )
 def test_bad_values_stop_start_up_naming_the_variable(env, named):
     with pytest.raises(ConfigError, match=named.replace("(", r"\(")):
         Settings.from_env(env)
+
+
+def test_a_store_url_that_is_not_postgresql_stops_start_up_naming_the_variable(tmp_path):
+    settings = Settings.from_env({"CONTEXT_PROXY_STORE_URL": "mysql://x", "SCIENCE_AGENT_DATA_DIR": str(tmp_path)})
+    with pytest.raises(ConfigError, match="CONTEXT_PROXY_STORE_URL='mysql://x' is not a postgresql:// URL"):
+        check_settings(settings)
 
 
 def test_model_list_with_env_secrets_and_limits(tmp_path):

@@ -1,8 +1,8 @@
-"""The assembly pipeline: the one place that knows the order of the stages (SPEC.md).
+"""The context pipeline: the one place that knows the order of the stages (SPEC.md).
 
-canonical history -> message-count compaction -> collect_detailed -> apply_context_budget -> renderer
--> token pressure + HistoryCompactor -> re-collect if the visible history changed -> composer (with
-the atomic window) -> validator -> model input.
+canonical history -> message-count cap -> a pass (run state -> collect_detailed -> apply_context_budget
+-> renderer) -> token pressure + HistoryCompactor -> the atomic window, with the pass run again while
+the visible history changes (at most three passes) -> composer -> validator -> model input.
 
 Pure: the caller loads the session (history, checkpoints, state) and persists what comes back
 (a new checkpoint, the previewed references); the model is reached only through the ``Summarizer``
@@ -11,16 +11,16 @@ port. Contributor output is call-local and never enters the history handed back.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.canonical import HistoryEntry
 from proxy.context.budget import BudgetResult, apply_context_budget
 from proxy.context.checkpoint import Checkpoint
 from proxy.context.collector import Collection, collect_detailed
-from proxy.context.compactor import CompactionResult, HistoryCompactor, HistoryRecord, Summarizer
+from proxy.context.compactor import CompactionTrace, HistoryCompactor, Summarizer
 from proxy.context.composer import DefaultContextMessageComposer
 from proxy.context.estimators import TurnEstimator
 from proxy.context.message_count import apply_message_count_cap
@@ -33,10 +33,11 @@ from proxy.context.validator import ContextValidator
 from proxy.context.window import AtomicHistoryWindowPolicy, WindowResult
 
 _CLIENT_INSTRUCTION_ROLES = ("system", "developer")
+_MAX_PASSES = 3  # the first, after compaction, after the window: each only when the visible history changed
 
 
 @dataclass(frozen=True)
-class AssemblerConfig:
+class PipelineConfig:
     """Budgets as percentages of the effective input limit, and the optional message-count cap."""
 
     prompt_percent: int = 25  # the system prompt's share
@@ -57,7 +58,7 @@ class AssemblyInput:
     context_id: str
     model: str
     turn: int
-    history: Sequence[HistoryRecord]  # the canonical history, oldest first
+    history: Sequence[HistoryEntry]  # the canonical history, oldest first
     tools: Sequence[Mapping[str, Any]]  # the tools the model will be offered
     limit: int  # the effective input limit in tokens
     nonce: str  # the session's framing nonce, on every hidden message and checkpoint (``nonce.py``)
@@ -78,18 +79,56 @@ class AssemblyInput:
 
 
 @dataclass(frozen=True)
+class CompactionRecord:
+    """What compaction did for this call: the compactor's own record and what the pipeline made of it."""
+
+    pass_record: CompactionTrace
+    new_checkpoint: bool
+    checkpoint_covers: str | None  # the chain hash the checkpoint in effect covers
+    recollected: bool  # contributors ran again because the visible history changed
+    forced: bool  # a forced pass after a provider overflow
+    stated_limit: int | None  # the window the provider stated, on a forced pass
+
+
+@dataclass(frozen=True)
+class RenderedContext:
+    """The candidate as composed: the prompt, the call's messages and tools, the window's statistics."""
+
+    prompt: RenderedPrompt
+    call_history: tuple[dict[str, Any], ...]
+    tools: tuple[dict[str, Any], ...]
+    window: WindowResult
+
+
+@dataclass(frozen=True)
+class AssemblyRecord:
+    """The pipeline's stage results for one call, as plain data (``proxy/runtime/trace_record.py``
+    serializes them). ``collection``, ``admitted`` and ``rendered`` are ``None`` without detailed traces."""
+
+    compaction: CompactionRecord
+    estimated_tokens: int
+    cap_dropped_messages: int
+    cap_max: int | None
+    assembly_ms: float
+    plan_progress: Mapping[str, Any] | None = None
+    collection: Collection | None = None
+    admitted: BudgetResult | None = None
+    rendered: RenderedContext | None = None
+
+
+@dataclass(frozen=True)
 class AssemblyOutput:
-    """The model input, what the caller must persist, and the trace of every stage."""
+    """The model input, what the caller must persist, and the record of every stage."""
 
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]]
     new_checkpoint: Checkpoint | None
     previewed_refs: tuple[str, ...]
     visible_history: tuple[dict[str, Any], ...]  # the history the model sees: compacted and windowed
-    trace: dict[str, Any]
+    record: AssemblyRecord
 
 
-class ContextAssembler:
+class ContextPipeline:
     """Runs the stages for one call. Holds no per-session state; the registry for a scope is frozen."""
 
     def __init__(
@@ -97,12 +136,12 @@ class ContextAssembler:
         registries: Callable[[Scope], ContextContributorRegistry],
         estimator: TokenEstimator,
         compactor: HistoryCompactor | None = None,
-        config: AssemblerConfig | None = None,
+        config: PipelineConfig | None = None,
     ) -> None:
         self._registries = registries
         self._estimator = estimator
         self._compactor = compactor or HistoryCompactor()
-        self._config = config or AssemblerConfig()
+        self._config = config or PipelineConfig()
 
     async def assemble(self, inp: AssemblyInput, summarizer: Summarizer | None = None) -> AssemblyOutput:
         """Assemble one call's input; raises ``AssemblyFailed`` when the minimum does not fit."""
@@ -116,16 +155,13 @@ class ContextAssembler:
         records = [r for r in inp.history if not instructions or not _is_instruction(r.message)]
         cap = apply_message_count_cap([r.message for r in records], self._config.max_history_messages)
         kept = [records[i] for i in cap.kept_indices]
-        history = [r.message for r in kept]
+        history: list[dict[str, Any]] = [dict(r.message) for r in kept]
 
         # Contributors see the client's instructions first, then the visible history.
         leading = [r.message for r in instructions]
-        state = self._visible_state(inp.state, history)
         tools = list(inp.tools)
-        collection = await self._collect(registry, inp, leading + history, state, tools)
-        admitted, prompt = self._admit(collection, inp, estimator)
+        stage = await self._pass(registry, inp, leading, history, tools, estimator)
         # Compaction plans as if the reference tools were offered: they may be, once it is done.
-        fixed = self._fixed_tokens(prompt, admitted, [*tools, *inp.reference_tools], estimator, inp.nonce)
         compaction = await self._compactor.compact(
             kept,
             nonce=inp.nonce,
@@ -133,7 +169,7 @@ class ContextAssembler:
             limit=inp.limit,
             estimator=estimator,
             summarizer=summarizer,
-            fixed_tokens=fixed,
+            fixed_tokens=stage.fixed_tokens([*tools, *inp.reference_tools], estimator, inp.nonce),
             checkpoints=inp.checkpoints,
             previewed_refs=inp.previewed_refs,
             forced=inp.forced,
@@ -142,29 +178,33 @@ class ContextAssembler:
         )
         if inp.reference_tools and (compaction.previewed_refs or compaction.checkpoint is not None):
             tools += inp.reference_tools
-        recollected = list(compaction.messages) != history or len(tools) != len(inp.tools)
-        if recollected:
-            # Plan progress and skill visibility are judged against what the model will actually see.
-            state = self._visible_state(inp.state, compaction.messages)
-            collection = await self._collect(registry, inp, leading + list(compaction.messages), state, tools)
-            admitted, prompt = self._admit(collection, inp, estimator)
-        fixed = self._fixed_tokens(prompt, admitted, tools, estimator, inp.nonce)
-
         window_history, checkpoint_message = compaction.history_and_checkpoint
-        composer = DefaultContextMessageComposer()
-        window = AtomicHistoryWindowPolicy().apply(
-            window_history, limit_tokens=inp.limit - fixed, estimator=estimator, checkpoint=checkpoint_message
-        )
-        if inp.state and len(window.kept_indices) < len(window_history):
-            # The window dropped what compaction could not: judge visibility on what is really sent.
-            state = self._visible_state(inp.state, window.messages)
-            collection = await self._collect(registry, inp, leading + list(window.messages), state, tools)
-            admitted, prompt = self._admit(collection, inp, estimator)
-            fixed = self._fixed_tokens(prompt, admitted, tools, estimator, inp.nonce)
+        # Plan progress and skill visibility are judged against what the model will actually see: the
+        # pass runs again while that changes (compaction rewrote the history or added the reader, the
+        # window dropped what compaction could not), at most _MAX_PASSES times in all.
+        passes, visible = 1, history
+        upcoming = list(compaction.messages)
+        changed = upcoming != history or len(tools) != len(inp.tools)
+        while True:
+            if changed:
+                visible = upcoming
+                stage = await self._pass(registry, inp, leading, visible, tools, estimator)
+                passes += 1
             window = AtomicHistoryWindowPolicy().apply(
-                window_history, limit_tokens=inp.limit - fixed, estimator=estimator, checkpoint=checkpoint_message
+                window_history,
+                limit_tokens=inp.limit - stage.fixed_tokens(tools, estimator, inp.nonce),
+                estimator=estimator,
+                checkpoint=checkpoint_message,
             )
-            recollected = True
+            upcoming = list(window.messages)
+            dropped = len(window.kept_indices) < len(window_history)
+            # Without run state, what the window drops changes no contribution: no pass needed.
+            changed = bool(inp.state) and dropped and upcoming != visible
+            if not changed or passes >= _MAX_PASSES:
+                break
+        recollected = passes > 1
+        state, collection, admitted, prompt = stage.state, stage.collection, stage.admitted, stage.prompt
+        composer = DefaultContextMessageComposer()
         composed = composer.compose(
             prompt.text,
             window.messages,
@@ -176,24 +216,39 @@ class ContextAssembler:
         estimated = ContextValidator().validate(
             composed, limit_tokens=inp.limit, estimator=estimator, nonce=inp.nonce, tools=tools
         )
-        trace: dict[str, Any] = (
-            _trace(inp, collection, admitted, prompt, compaction, window, composed.messages, recollected, tools)
-            if self._config.detailed_trace
-            else {"compaction": _compaction_trace(inp, compaction, recollected)}
-        )
+        detailed = self._config.detailed_trace
         plan = state.get(PLAN) if state else None
-        if isinstance(plan, Mapping) and plan.get("progress") is not None:
-            trace["planProgress"] = plan["progress"]
-        trace["cap"] = {"droppedMessages": cap.dropped_messages, "max": self._config.max_history_messages}
-        trace["estimatedTokens"] = estimated
-        trace["assemblyMs"] = round((time.perf_counter() - started) * 1000, 3)
+        record = AssemblyRecord(
+            compaction=CompactionRecord(
+                pass_record=compaction.trace,
+                new_checkpoint=compaction.new_checkpoint,
+                checkpoint_covers=compaction.checkpoint.covers_hash if compaction.checkpoint else None,
+                recollected=recollected,
+                forced=inp.forced,
+                stated_limit=inp.stated_limit,
+            ),
+            estimated_tokens=estimated,
+            cap_dropped_messages=cap.dropped_messages,
+            cap_max=self._config.max_history_messages,
+            assembly_ms=round((time.perf_counter() - started) * 1000, 3),
+            plan_progress=plan["progress"] if isinstance(plan, Mapping) and plan.get("progress") is not None else None,
+            collection=collection if detailed else None,
+            admitted=admitted if detailed else None,
+            rendered=(
+                RenderedContext(
+                    prompt, tuple(dict(m) for m in composed.messages), tuple(dict(t) for t in tools), window
+                )
+                if detailed
+                else None
+            ),
+        )
         return AssemblyOutput(
             messages=[dict(m) for m in composed.messages],
             tools=[dict(t) for t in tools],
             new_checkpoint=compaction.checkpoint if compaction.new_checkpoint else None,
             previewed_refs=compaction.previewed_refs,
             visible_history=window.messages,
-            trace=trace,
+            record=record,
         )
 
     async def _collect(
@@ -220,96 +275,43 @@ class ContextAssembler:
             registry, request, timeout=self._config.contributor_timeout_seconds, keep_raw=self._config.detailed_trace
         )
 
-    def _visible_state(self, state: Mapping[str, Any], visible: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
-        """The run state with plan progress and skill visibility judged against ``visible`` (once per
-        collection, so contributors need not each redo it)."""
-        return with_visibility(state, visible, self._config.state) if state else state
-
-    def _admit(
-        self, collection: Collection, inp: AssemblyInput, estimator: TokenEstimator
-    ) -> tuple[BudgetResult, RenderedPrompt]:
+    async def _pass(
+        self,
+        registry: ContextContributorRegistry,
+        inp: AssemblyInput,
+        leading: Sequence[Mapping[str, Any]],
+        visible: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]],
+        estimator: TokenEstimator,
+    ) -> _Pass:
+        """One pass over ``visible``: run state, collect, admit within the budgets, render the prompt."""
+        # Visibility is judged once per pass, so contributors need not each redo it.
+        state = with_visibility(inp.state, visible, self._config.state) if inp.state else inp.state
+        collection = await self._collect(registry, inp, [*leading, *visible], state, tools)
         prompt_budget = max(1, inp.limit * self._config.prompt_percent // 100)
         message_budget = max(1, inp.limit * self._config.message_percent // 100)
         admitted = apply_context_budget(collection, prompt_budget, message_budget, estimator, nonce=inp.nonce)
-        return admitted, DeterministicSystemPromptRenderer().render(admitted.sections)
+        return _Pass(state, collection, admitted, DeterministicSystemPromptRenderer().render(admitted.sections))
 
-    def _fixed_tokens(
-        self,
-        prompt: RenderedPrompt,
-        admitted: BudgetResult,
-        tools: Sequence[Mapping[str, Any]],
-        estimator: TokenEstimator,
-        nonce: str,
-    ) -> int:
+
+@dataclass(frozen=True)
+class _Pass:
+    """What one pass over a visible history gave: the run state, the collection, what was admitted."""
+
+    state: Mapping[str, Any]
+    collection: Collection
+    admitted: BudgetResult
+    prompt: RenderedPrompt
+
+    def fixed_tokens(self, tools: Sequence[Mapping[str, Any]], estimator: TokenEstimator, nonce: str) -> int:
         """What the call costs besides the history: system prompt, tool schemas, contributed messages."""
+        admitted = self.admitted
         hidden = DefaultContextMessageComposer().hidden_messages(admitted.messages, admitted.attachments, nonce=nonce)
-        prompt_cost = estimator.count_message({"role": "system", "content": prompt.text}) if prompt.text else 0
+        prompt = self.prompt.text
+        prompt_cost = estimator.count_message({"role": "system", "content": prompt}) if prompt else 0
         tool_cost = estimator.count_tools(tools) if tools else 0
         return prompt_cost + tool_cost + sum(estimator.count_message(m) for m in hidden)
 
 
 def _is_instruction(message: Mapping[str, Any]) -> bool:
     return message.get("role") in _CLIENT_INSTRUCTION_ROLES
-
-
-def _trace(
-    inp: AssemblyInput,
-    collection: Collection,
-    admitted: BudgetResult,
-    prompt: RenderedPrompt,
-    compaction: CompactionResult,
-    window: WindowResult,
-    messages: Sequence[Mapping[str, Any]],
-    recollected: bool,
-    tools: Sequence[Mapping[str, Any]],
-) -> dict[str, Any]:
-    """The stage records a schema-v5 trace holds (the runtime adds mode, budgets and llmInput)."""
-    compaction_trace = _compaction_trace(inp, compaction, recollected)
-    return {
-        "contributors": [
-            {
-                "id": run.contributor_id,
-                "status": run.status,
-                "durationMs": run.duration_ms,
-                "error": run.error,
-                "rawOutput": _plain(run.raw_output),
-            }
-            for run in collection.runs
-        ],
-        "collection": _plain(
-            {"sections": collection.sections, "messages": collection.messages, "attachments": collection.attachments}
-        ),
-        "admitted": admitted.to_trace(),
-        "renderedContext": {
-            "prompt": prompt.text,
-            "sectionIds": list(prompt.section_ids),
-            "callHistory": [dict(m) for m in messages],
-            "tools": [dict(t) for t in tools],
-            "window": window.to_trace(),
-        },
-        "compaction": compaction_trace,
-    }
-
-
-def _compaction_trace(inp: AssemblyInput, compaction: CompactionResult, recollected: bool) -> dict[str, Any]:
-    """The compaction record: what the compactor did, the checkpoint in effect, and any recovery."""
-    record = compaction.trace.to_trace()
-    record["newCheckpoint"] = compaction.new_checkpoint
-    record["checkpointCovers"] = compaction.checkpoint.covers_hash if compaction.checkpoint else None
-    record["recollected"] = recollected
-    if inp.forced:
-        record["recovery"] = {"reason": "provider_context_overflow", "statedLimit": inp.stated_limit}
-    return record
-
-
-def _plain(value: Any) -> Any:
-    """JSON-ready data from dataclasses, tuples and mappings (contributors may return either)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return repr(value)

@@ -1,0 +1,272 @@
+"""One model call's trace: the runner's record of the call, and the one serializer to schema-v5 JSON.
+
+The stages return typed records (``AssemblyRecord`` from the pipeline, ``CandidateRecord`` from the
+session assembler, ``CompactionTrace`` from the compactor); the runner adds what only it knows
+(``CallRecord``). A remote compaction (no turn, the summarizer answers) has its own record,
+``RemoteCompactionRecord``. Nothing else builds trace JSON: ``trace_json`` is the only place that names a key,
+and ``trace_schema.json`` beside this module is its contract. Every key is camelCase: dataclass field
+names are converted here, while the keys of data the trace quotes (``llmInput``, a contributor's raw
+output given as a mapping, an ingress's notes) are kept as they were.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.context.collector import Collection
+from proxy.context.pipeline import AssemblyRecord, CompactionRecord
+from proxy.identity import SessionIdentity
+from proxy.runtime.assembly import Candidate, CandidateRecord, TurnRequest
+from proxy.runtime.calibration import TokenAccounting
+from proxy.runtime.limits import ModelLimits
+from proxy.runtime.redaction import redact_llm_input
+from proxy.session.store import Reconciliation
+
+__all__ = ["CallRecord", "RemoteCompactionRecord", "remote_compaction_json", "trace_json"]
+
+
+@dataclass
+class CallRecord:
+    """One model call as the runner saw it; the provider's outcome is filled in as the call goes."""
+
+    request: TurnRequest
+    candidate: Candidate | None  # None in legacy mode: nothing was assembled
+    llm_input: dict[str, Any]
+    client_tokens: int  # the client's own request, estimated like ``estimatedTokens``: what a passthrough sends
+    recovery: int = 0  # 1 on the forced retry after a provider overflow
+    recovery_reason: str = ""  # the provider's overflow message that caused the retry
+    provider_error: Mapping[str, Any] | None = None  # the OpenAI-shaped error, when the call failed
+    provider_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class RemoteCompactionRecord:
+    """A client's compaction request answered by the summarizer (the Responses ingress): no turn, so
+    nothing was assembled; ``llm_input`` is the summarizer's (already redacted) request."""
+
+    identity: SessionIdentity
+    turn: int
+    model: str  # the summary route's model name
+    limits: ModelLimits
+    reconciliation: Reconciliation
+    tokens_before: int
+    tokens_after: int
+    summary_source_tokens: int
+    checkpoint_tokens: int
+    summarizer_calls: Sequence[Mapping[str, Any]]
+    rejections: Sequence[str]
+    summarized_messages: int
+    fallback: str | None  # why the deterministic checkpoint was used, when it was
+    request_kind: str  # ``responses/compact`` or ``compaction_trigger``
+    llm_input: Mapping[str, Any]
+
+
+def trace_json(call: CallRecord) -> dict[str, Any]:
+    """The schema-v5 trace of one model call (without ``schemaVersion``, which the writer adds)."""
+    request = call.request
+    limits = request.limits
+    reconciliation = request.reconciliation
+    candidate_record = call.candidate.record if call.candidate is not None else None
+    pipeline = candidate_record.pipeline if candidate_record is not None else None
+    trace: dict[str, Any] = {
+        "contextId": request.identity.context_id,
+        "contextIdSource": request.identity.source,
+        "turn": request.turn,
+        "mode": request.mode,
+        "scope": request.identity.scope,
+        "model": request.route.model_name,
+        "selectedPath": "legacy" if call.candidate is None else "dynamic",
+        "budgets": _budgets_json(limits, request.tokens),
+        "session": {
+            **_session_json(reconciliation),
+            **({"branch": request.branch.record()} if request.branch is not None else {}),
+        },
+        **_pipeline_json(pipeline),
+        **_candidate_json(candidate_record),
+    }
+    if request.ingress:
+        trace["ingress"] = _plain(request.ingress)
+    # Set against the candidate, what the client's own request costs says what the proxy saved, in every mode.
+    trace["clientTokens"] = call.client_tokens
+    trace["llmInput"] = redact_llm_input(call.llm_input)
+    if call.recovery:
+        trace["recovery"] = {
+            "attempt": call.recovery,
+            "reason": "provider_context_overflow",
+            "providerMessage": call.recovery_reason,
+        }
+    if call.provider_error is not None:
+        trace["providerError"] = dict(call.provider_error)
+    if call.provider_ms is not None:
+        trace["providerMs"] = call.provider_ms
+    return trace
+
+
+def remote_compaction_json(record: RemoteCompactionRecord) -> dict[str, Any]:
+    """The schema-v5 trace of a remote compaction: the stage keys null, ``compaction`` saying what was
+    covered and whether the deterministic fallback was used (without ``schemaVersion``)."""
+    identity = record.identity
+    compaction: dict[str, Any] = {
+        "reason": "client_compaction_request",
+        "tokensBefore": record.tokens_before,
+        "tokensAfter": record.tokens_after,
+        "compactedRefs": [],
+        "summarySourceTokens": record.summary_source_tokens,
+        "checkpointTokens": record.checkpoint_tokens,
+        "attempts": len(record.summarizer_calls),
+        "rejections": list(record.rejections),
+        "summarizedMessages": record.summarized_messages,
+    }
+    if record.fallback:
+        compaction["fallback"] = {"kind": "deterministic", "reason": record.fallback}
+    return {
+        "contextId": identity.context_id,
+        "contextIdSource": identity.source,
+        "turn": record.turn,
+        "mode": "dynamic",
+        "scope": identity.scope,
+        "model": record.model,
+        "selectedPath": "dynamic",
+        "budgets": _budgets_json(record.limits, None),
+        "session": _session_json(record.reconciliation),
+        "contributors": [],
+        "collection": None,
+        "admitted": None,
+        "renderedContext": None,
+        "compaction": compaction,
+        "summarizerCalls": _plain(record.summarizer_calls),
+        "ingress": {"api": "responses", "request": record.request_kind},
+        "llmInput": dict(record.llm_input),
+    }
+
+
+def _budgets_json(limits: ModelLimits, tokens: TokenAccounting | None) -> dict[str, Any]:
+    return {
+        "modelMaxTokens": limits.model_max_tokens,
+        "outputReserveTokens": limits.output_reserve_tokens,
+        "contextWindowTokens": limits.context_window_tokens,
+        "effectiveInputTokens": limits.effective_input_tokens,
+        "source": limits.source,
+        **({"estimator": _estimator_json(tokens)} if tokens is not None else {}),
+    }
+
+
+def _session_json(reconciliation: Reconciliation) -> dict[str, Any]:
+    return {
+        "headHash": reconciliation.head_hash,
+        "knownMessages": reconciliation.known_count,
+        "newMessages": len(reconciliation.new_messages),
+        "forked": reconciliation.forked,
+    }
+
+
+def _estimator_json(tokens: TokenAccounting) -> dict[str, Any]:
+    """How this call counted tokens: the estimator, its encoding, and a calibrated route's correction."""
+    correction = tokens.correction
+    return {
+        "name": tokens.name,
+        "encoding": tokens.encoding,
+        "ratio": correction.ratio if correction else None,
+        "margin": correction.margin if correction else None,
+        "samples": correction.samples if correction else 0,
+    }
+
+
+def _pipeline_json(record: AssemblyRecord | None) -> dict[str, Any]:
+    """The assembly stages; ``null`` (and no contributors) when nothing was assembled or recorded."""
+    if record is None:
+        return {"contributors": [], "collection": None, "admitted": None, "renderedContext": None, "compaction": None}
+    rendered = record.rendered
+    trace: dict[str, Any] = {
+        "contributors": _contributors_json(record.collection),
+        "collection": _collection_json(record.collection),
+        "admitted": _plain(record.admitted),
+        "renderedContext": None
+        if rendered is None
+        else {
+            "prompt": rendered.prompt.text,
+            "sectionIds": list(rendered.prompt.section_ids),
+            "callHistory": [dict(m) for m in rendered.call_history],
+            "tools": [dict(t) for t in rendered.tools],
+            "window": {
+                "statistics": _plain(rendered.window.statistics),
+                "diagnostics": _plain(rendered.window.diagnostics),
+            },
+        },
+        "compaction": _compaction_json(record.compaction),
+    }
+    if record.plan_progress is not None:
+        trace["planProgress"] = _plain(record.plan_progress)
+    trace["cap"] = {"droppedMessages": record.cap_dropped_messages, "max": record.cap_max}
+    trace["estimatedTokens"] = record.estimated_tokens
+    trace["assemblyMs"] = record.assembly_ms
+    return trace
+
+
+def _contributors_json(collection: Collection | None) -> list[dict[str, Any]]:
+    if collection is None:
+        return []
+    return [
+        {
+            "id": run.contributor_id,
+            "status": run.status,
+            "durationMs": run.duration_ms,
+            "error": run.error,
+            "rawOutput": _plain(run.raw_output),
+        }
+        for run in collection.runs
+    ]
+
+
+def _collection_json(collection: Collection | None) -> dict[str, Any] | None:
+    if collection is None:
+        return None
+    return {
+        "sections": _plain(collection.sections),
+        "messages": _plain(collection.messages),
+        "attachments": _plain(collection.attachments),
+    }
+
+
+def _compaction_json(record: CompactionRecord) -> dict[str, Any]:
+    """What the compactor did, the checkpoint in effect, and (on a forced pass) the recovery."""
+    trace: dict[str, Any] = _plain(record.pass_record)
+    trace["newCheckpoint"] = record.new_checkpoint
+    trace["checkpointCovers"] = record.checkpoint_covers
+    trace["recollected"] = record.recollected
+    if record.forced:
+        trace["recovery"] = {"reason": "provider_context_overflow", "statedLimit": record.stated_limit}
+    return trace
+
+
+def _candidate_json(record: CandidateRecord | None) -> dict[str, Any]:
+    """What the session assembler added: its summarizer calls, a summarizing back-off, unreadable state."""
+    if record is None:
+        return {}
+    trace: dict[str, Any] = {"summarizerCalls": _plain(record.summarizer_calls)}
+    if record.summary_backoff is not None:
+        trace["summaryBackoff"] = _plain(record.summary_backoff)
+    if record.store_diagnostics:
+        trace["storeDiagnostics"] = list(record.store_diagnostics)
+    return trace
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready data: a dataclass's fields under camelCase names, mappings with their own keys."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {_camel(f.name): _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return repr(value)
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)

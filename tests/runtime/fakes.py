@@ -1,0 +1,69 @@
+"""``FakeBackend(handler)``: a ``ProviderBackend`` that answers with a function, like httpx's
+``MockTransport(handler)``, and records every call in ``history``.
+
+The handler takes the call's ``llm_input`` and returns a completion (a dict, or just the assistant
+message via ``completion``), or raises a ``ProxyError`` as the real backend does after translating a
+provider error. A stream call gets the same answer as chunks (``stream_buffer.synthesize``), fetched
+lazily so a test can drop it half-way; ``FakeBackend.stream_closed`` says whether the relay closed it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from proxy.runtime.stream_buffer import synthesize
+
+Handler = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def completion(message: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+    """A whole chat completion carrying ``message``."""
+    reason = finish_reason or ("tool_calls" if message.get("tool_calls") else "stop")
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "fake",
+        "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": reason}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+
+
+def tool_call(call_id: str, name: str, arguments: str = "{}") -> dict[str, Any]:
+    """One assistant tool call."""
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+class FakeBackend:
+    """Answers every model call with ``handler(llm_input)``; ``history`` holds each call's input."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.history: list[dict[str, Any]] = []
+        self.streams_opened = 0
+        self.streams_closed = 0
+
+    async def complete(self, llm_input: dict[str, Any]) -> dict[str, Any]:
+        """The handler's completion."""
+        self.history.append(copy.deepcopy(llm_input))
+        return self.handler(llm_input)
+
+    async def stream(self, llm_input: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """The handler's completion as chunks (the handler runs now, as the first chunk is fetched)."""
+        self.history.append(copy.deepcopy(llm_input))
+        answer = self.handler(llm_input)
+        chunks = synthesize(
+            [{"id": answer["id"], "object": "chat.completion.chunk", "created": 0, "model": "fake"}],
+            answer["choices"][0]["message"],
+        )
+        self.streams_opened += 1
+        return self._relay(chunks)
+
+    async def _relay(self, chunks: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+        try:
+            for chunk in chunks:
+                yield chunk
+        finally:
+            self.streams_closed += 1

@@ -1,0 +1,225 @@
+"""``TurnRunner`` with the dynamic assembler, a real SQLite store and a ``FakeBackend``: no HTTP, no litellm.
+
+Proxy-owned tool rounds use ``find_tools`` (offered while a deferred client tool waits for promotion).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.config import ModelRoute, Settings
+from proxy.errors import ContextOverflow, SessionConflict
+from proxy.identity import SessionIdentity
+from proxy.runtime.services import build_runner
+from proxy.runtime.turn import BufferedStream, Completion, LiveStream, TurnResult, TurnRunner
+from proxy.session.sqlite import SqliteSessionStore
+from tests.runtime.fakes import FakeBackend, Handler, completion, tool_call
+
+SECRET = b"k" * 32
+ROUTE = ModelRoute(
+    model_name="m", litellm_params={"model": "openai/m"}, max_input_tokens=16_000, max_output_tokens=2_000
+)
+IDENTITY = SessionIdentity("ctx-turn", "header:x-session-id", "main")
+MEASURE = {"type": "function", "function": {"name": "measure", "parameters": {"type": "object"}}}
+LIMS = {
+    "type": "function",
+    "function": {
+        "name": "mcp__lims__lookup",
+        "description": "Look up a LIMS sample.",
+        "parameters": {"type": "object"},
+    },
+}
+
+
+def body(stream: bool = False, tools: tuple[dict[str, Any], ...] = (MEASURE, LIMS)) -> dict[str, Any]:
+    return {
+        "model": "m",
+        "messages": [{"role": "user", "content": "Measure sample 7."}],
+        "tools": list(tools),
+        "stream": stream,
+    }
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteSessionStore]:
+    opened = SqliteSessionStore(tmp_path / "store.db", lock_timeout_seconds=0.2)
+    await opened.open()
+    yield opened
+    await opened.close()
+
+
+def runner_for(
+    tmp_path: Path, store: SqliteSessionStore, handler: Handler, **overrides: Any
+) -> tuple[TurnRunner, FakeBackend]:
+    settings = Settings(
+        **{
+            "data_dir": tmp_path / "data",
+            "models": (ROUTE,),
+            "trace_enabled": True,
+            "contributor_options": {"capabilities": {"deferred": ["mcp__*"]}},
+            "framing_secret": SECRET,
+            **overrides,
+        }
+    )
+    backend = FakeBackend(handler)
+    return build_runner(settings, store, backend, lambda model: (None, None), SECRET), backend
+
+
+def traces(tmp_path: Path) -> dict[str, dict[str, Any]]:
+    folder = tmp_path / "data" / "context-traces" / IDENTITY.context_id
+    return {path.name: json.loads(path.read_text()) for path in sorted(folder.glob("turn-*.json"))}
+
+
+def names(message: dict[str, Any]) -> list[str]:
+    return [call["function"]["name"] for call in message.get("tool_calls") or []]
+
+
+def answered(llm_input: dict[str, Any]) -> bool:
+    """True once the model has a ``find_tools`` result to look at."""
+    return llm_input["messages"][-1]["role"] == "tool"
+
+
+async def test_a_proxy_round_runs_the_tool_and_asks_the_model_again(tmp_path: Path, store: SqliteSessionStore) -> None:
+    def handler(llm_input: dict[str, Any]) -> dict[str, Any]:
+        if answered(llm_input):
+            return completion({"content": "Found it."})
+        return completion({"content": None, "tool_calls": [tool_call("c1", "find_tools", '{"query": "lims"}')]})
+
+    runner, backend = runner_for(tmp_path, store, handler)
+    result = await runner.run(body(), IDENTITY, ROUTE)
+
+    assert isinstance(result.answer, Completion)
+    assert result.answer.message["content"] == "Found it." and "tool_calls" not in result.answer.message
+    _, second = backend.history
+    offered = [[t["function"]["name"] for t in call["tools"]] for call in backend.history]
+    assert "find_tools" in offered[0] and "mcp__lims__lookup" not in offered[0]
+    assert "mcp__lims__lookup" in offered[1]  # promoted by the round
+    step, result_message = second["messages"][-2:]
+    assert names(step) == ["find_tools"] and result_message["tool_call_id"] == "c1"
+    assert "mcp__lims__lookup" in result_message["content"]
+    assert sorted(traces(tmp_path)) == ["turn-0001.json", "turn-0002.json"]  # one trace per model call
+
+
+async def test_a_mixed_answer_is_a_proxy_round_and_its_client_calls_are_dropped(
+    tmp_path: Path, store: SqliteSessionStore
+) -> None:
+    def handler(llm_input: dict[str, Any]) -> dict[str, Any]:
+        calls = [tool_call("c2", "measure", '{"sample": 7}')]
+        if not answered(llm_input):
+            calls.insert(0, tool_call("c1", "find_tools", '{"query": "lims"}'))
+        return completion({"content": None, "tool_calls": calls})
+
+    runner, backend = runner_for(tmp_path, store, handler)
+    result = await runner.run(body(), IDENTITY, ROUTE)
+
+    assert len(backend.history) == 2
+    assert names(backend.history[1]["messages"][-2]) == ["find_tools"]  # the stored step has no client call
+    assert isinstance(result.answer, Completion)
+    assert names(result.answer.message) == ["measure"]  # made again, now with the result in view
+
+
+async def test_an_overflow_is_retried_once_after_a_forced_pass_and_both_attempts_are_traced(
+    tmp_path: Path, store: SqliteSessionStore
+) -> None:
+    def handler(llm_input: dict[str, Any]) -> dict[str, Any]:
+        if len(backend.history) == 1:
+            raise ContextOverflow("too long", limit=9_000, provider_message="maximum context length is 9000 tokens")
+        return completion({"content": "ok"})
+
+    runner, backend = runner_for(tmp_path, store, handler)
+    result = await runner.run(body(tools=(MEASURE,)), IDENTITY, ROUTE)
+
+    assert isinstance(result.answer, Completion) and result.answer.message["content"] == "ok"
+    assert len(backend.history) == 2
+    written = traces(tmp_path)
+    assert sorted(written) == ["turn-0001-recovery-1.json", "turn-0001.json"]
+    assert written["turn-0001.json"]["providerError"]["code"] == "context_length_exceeded"
+    retry = written["turn-0001-recovery-1.json"]
+    assert retry["recovery"] == {
+        "attempt": 1,
+        "reason": "provider_context_overflow",
+        "providerMessage": "maximum context length is 9000 tokens",
+    }
+    assert retry["compaction"]["recovery"] == {"reason": "provider_context_overflow", "statedLimit": 9_000}
+    assert retry["budgets"]["modelMaxTokens"] == 9_000 and retry["budgets"]["source"] == "provider_error"
+
+
+async def test_a_second_overflow_is_surfaced_not_retried_again(tmp_path: Path, store: SqliteSessionStore) -> None:
+    def handler(llm_input: dict[str, Any]) -> dict[str, Any]:
+        raise ContextOverflow("too long", limit=9_000)
+
+    runner, backend = runner_for(tmp_path, store, handler)
+    with pytest.raises(ContextOverflow, match="after one forced compaction retry"):
+        await runner.run(body(tools=(MEASURE,)), IDENTITY, ROUTE)
+    assert len(backend.history) == 2
+    with pytest.raises(ContextOverflow):  # not SessionConflict: the failed turn released its lock
+        await runner.run(body(tools=(MEASURE,)), IDENTITY, ROUTE)
+
+
+async def read_one_and_drop(result: TurnResult) -> dict[str, Any]:
+    assert isinstance(result.answer, LiveStream)
+    chunk = await result.answer.__anext__()
+    await result.answer.aclose()
+    return chunk
+
+
+async def test_a_live_stream_holds_the_lock_until_the_client_drops_it(
+    tmp_path: Path, store: SqliteSessionStore
+) -> None:
+    runner, backend = runner_for(tmp_path, store, lambda _: completion({"content": "a long answer"}))
+    streamed = body(stream=True, tools=(MEASURE,))  # no deferred tool: no proxy tool, relayed live
+    result = await runner.run(streamed, IDENTITY, ROUTE)
+
+    with pytest.raises(SessionConflict):  # the same branch waits for the stream that owns its lock
+        await runner.run(streamed, IDENTITY, ROUTE)
+    assert (await read_one_and_drop(result))["choices"][0]["delta"]["role"] == "assistant"
+    assert backend.streams_closed == backend.streams_opened == 1  # the provider stream was closed
+    assert "turn-0001.json" in traces(tmp_path)  # its trace written when it was dropped
+    again = await runner.run(streamed, IDENTITY, ROUTE)  # the lock was released
+    await read_one_and_drop(again)
+
+
+async def test_a_buffered_stream_is_read_whole_when_proxy_tools_are_offered(
+    tmp_path: Path, store: SqliteSessionStore
+) -> None:
+    runner, backend = runner_for(tmp_path, store, lambda _: completion({"content": "done"}))
+    result = await runner.run(body(stream=True), IDENTITY, ROUTE)
+    assert isinstance(result.answer, BufferedStream)
+    assert backend.streams_closed == 1  # read to its end before the turn returned
+    chunks = [chunk async for chunk in result.answer]
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]) == "done"
+    await runner.run(body(stream=True), IDENTITY, ROUTE)  # the lock was released with the turn
+
+
+async def test_a_trace_that_cannot_be_written_leaves_the_answer_and_releases_the_lock(
+    tmp_path: Path, store: SqliteSessionStore
+) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the trace folder should be")
+    runner, _ = runner_for(tmp_path, store, lambda _: completion({"content": "unchanged"}), trace_dir=blocker)
+    first = await runner.run(body(tools=(MEASURE,)), IDENTITY, ROUTE)
+    second = await runner.run(body(tools=(MEASURE,)), IDENTITY, ROUTE)  # would wait and fail if still locked
+    for result in (first, second):
+        assert isinstance(result.answer, Completion) and result.answer.message["content"] == "unchanged"
+    assert runner.traces is not None and runner.traces.failures == 2
+
+
+async def test_past_the_round_limit_proxy_calls_are_removed_from_the_answer(
+    tmp_path: Path, store: SqliteSessionStore
+) -> None:
+    def handler(llm_input: dict[str, Any]) -> dict[str, Any]:
+        return completion({"content": None, "tool_calls": [tool_call("c", "find_tools", '{"query": "nothing"}')]})
+
+    runner, backend = runner_for(tmp_path, store, handler, max_tool_rounds=2)
+    result = await runner.run(body(), IDENTITY, ROUTE)
+
+    assert len(backend.history) == 3  # the first call and two rounds
+    assert isinstance(result.answer, Completion)
+    message = result.answer.message
+    assert "tool_calls" not in message and result.answer.response["choices"][0]["finish_reason"] == "stop"
+    assert message["content"] == "[context-proxy: the model was still calling proxy-owned tools after 2 rounds]"

@@ -1,0 +1,53 @@
+"""What tests read from a store that the product never asks for: a session's row, one checkpoint.
+
+These were ``SessionStore`` methods only tests called; the protocol now holds what the product uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.session.postgres import PostgresSessionStore
+from proxy.session.sqlite import SqliteSessionStore
+from proxy.session.store import SessionStore
+
+_SESSION_COLUMNS = "scope, turns, head_hash, created_at, updated_at"
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """What the store keeps about a session besides its transcript."""
+
+    context_id: str
+    scope: str
+    turns: int
+    head_hash: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+async def session_info(store: SessionStore, context_id: str) -> SessionInfo | None:
+    """The session's row in either backend, or ``None``."""
+    if isinstance(store, SqliteSessionStore):
+        row = await store._r().run(
+            lambda conn: conn.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE context_id = ?", (context_id,)
+            ).fetchone()
+        )
+        if row is None:
+            return None
+        scope, turns, head, created_at, updated_at = row
+        return SessionInfo(context_id, scope, turns, head, {"created_at": created_at, "updated_at": updated_at})
+    assert isinstance(store, PostgresSessionStore), type(store)
+    found = await store._read(
+        lambda conn: conn.fetchrow(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE context_id = $1", context_id)
+    )
+    if found is None:
+        return None
+    times = {"created_at": found["created_at"].isoformat(), "updated_at": found["updated_at"].isoformat()}
+    return SessionInfo(context_id, found["scope"], found["turns"], found["head_hash"], times)
+
+
+async def stored_checkpoint(store: SessionStore, context_id: str, covers_hash: str) -> dict[str, Any] | None:
+    """The checkpoint covering up to ``covers_hash``, or ``None``."""
+    return (await store.checkpoints(context_id)).get(covers_hash)
