@@ -172,7 +172,12 @@ class ContextAssembler:
             section_ids=prompt.section_ids,
         )
         estimated = ContextValidator().validate(
-            composed, limit_tokens=inp.limit, estimator=estimator, nonce=inp.nonce, tools=tools
+            composed,
+            limit_tokens=inp.limit,
+            estimator=estimator,
+            nonce=inp.nonce,
+            tools=tools,
+            require_user=any(r.message.get("role") == "user" for r in inp.history),
         )
         trace: dict[str, Any] = (
             _trace(inp, collection, admitted, prompt, compaction, window, composed.messages, recollected, tools)

@@ -12,6 +12,7 @@ arguments are refused as ``unsupported_parameter``; the provider is never called
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import httpx
@@ -153,8 +154,12 @@ def test_bad_input_gets_its_answer_and_the_session_keeps_working(
         else:
             assert response.json()["choices"][0]["message"]["content"] == "ok"
         if status == 200 and b"\\ud" in raw:
-            sent = json.dumps(provider.history[-1], ensure_ascii=False)
-            assert "\ufffd" in sent or "\\ufffd" in sent, sent[:500]  # replaced at the edge, not passed on
+            sent = json.dumps(provider.history[-1])  # ASCII escapes: a lone surrogate would show as \\udXXX
+            assert not re.search(r"\\ud[89a-f]", sent), sent[:500]  # nothing passed on
+            if b'"user"' not in raw:
+                # litellm does not send ``user`` to an OpenAI-compatible route (the scripted provider's), so
+                # the replacement shows at the provider only for a surrogate in messages or tools.
+                assert "\\ufffd" in sent, sent[:500]  # replaced at the edge
         follow_up = {"model": "test-model", "messages": [{"role": "user", "content": "next turn"}]}
         after = http.post("/v1/chat/completions", json=follow_up, headers=session)
         assert after.status_code == 200, after.text[:500]
