@@ -80,6 +80,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         owned_store = services.store is None
+        owned_backend = services.backend is None
         if services.store is None:
             services.store = open_store(settings.store_url, settings.data_dir, settings.session_lock_seconds)
         await services.store.open()
@@ -100,6 +101,9 @@ def create_app(
             yield
         finally:
             parsing.shutdown(wait=False)
+            aclose = getattr(services.backend, "aclose", None)
+            if owned_backend and aclose is not None:
+                await aclose()  # the provider connections, before the loop they belong to stops
             if owned_store:
                 await services.store.close()
 

@@ -23,6 +23,7 @@ and the latest step are never summarized, so a protocol-valid history stays prot
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -33,6 +34,15 @@ from proxy.context.pressure import Pressure, PressureConfig, measure_pressure
 from proxy.context.previews import READ_TOOL_OUTPUT, PreviewPolicy, is_preview, is_valid_ref, preview_message
 from proxy.context.types import TokenEstimator
 from proxy.context.units import RESULT_ROLES, Unit, anchor_unit, latest_step_start, split_units
+
+# Counting a history is pure CPU: seconds for 20,000 messages seen for the first time. On the event loop
+# that would stall every other session's request for as long, so a large history is counted (and its
+# deterministic trimming planned) on a worker thread. A small one stays on the loop, where a thread hop
+# costs more than it saves and where it can never queue behind large ones in the executor. The
+# estimator must be thread-safe for this (``CachingEstimator`` is; a ``TurnEstimator`` belongs to one
+# turn, which waits for the worker).
+OFFLOAD_MESSAGES = 500
+OFFLOAD_CHARS = 500_000
 
 SPLIT_NOTE = "[the first {cut:,} characters of this message are summarized in the checkpoint above]\n"
 SPLIT_HEAD_NOTE = "(the first part of a long message; its rest stays verbatim after the checkpoint)\n"
@@ -170,6 +180,22 @@ class _Working:
         ]
 
 
+def is_large(history: Sequence[HistoryEntry]) -> bool:
+    """Whether counting ``history`` is worth a worker thread (see ``OFFLOAD_MESSAGES``)."""
+    if len(history) >= OFFLOAD_MESSAGES:
+        return True
+    chars = 0
+    for record in history:
+        content = record.message.get("content")
+        # A rough size: string content and text parts, which is where the counting time goes.
+        if isinstance(content, str):
+            chars += len(content)
+        elif isinstance(content, list):
+            texts = (part.get("text") for part in content if isinstance(part, Mapping))
+            chars += sum(len(text) for text in texts if isinstance(text, str))
+    return chars >= OFFLOAD_CHARS
+
+
 def _split_tail(message: Mapping[str, Any], text: str, cut: int) -> dict[str, Any]:
     out = dict(message)
     out["content"] = SPLIT_NOTE.format(cut=cut) + text[cut:]
@@ -206,8 +232,6 @@ class HistoryCompactor:
         ``known_refs`` adds references the checkpoint may cite beyond those of ``history``; ``nonce`` is
         the session's framing nonce and ``reader`` the name its tool-output reader is offered under.
         """
-        work = _Working(history, estimator, nonce, reader)
-        before = fixed_tokens + sum(work.costs)
         pressure = measure_pressure(
             limit=limit,
             fixed_tokens=fixed_tokens,
@@ -217,16 +241,24 @@ class HistoryCompactor:
             stated_limit=stated_limit,
             output_reserve=output_reserve,
         )
-        trace = CompactionTrace(None, limit, pressure.threshold_tokens, pressure.target_tokens, before)
-        self._reapply(work, checkpoints, set(previewed_refs), trace)
-        pressure = pressure.with_history(work.total())
+
+        def trim() -> tuple[_Working, Pressure, CompactionTrace]:
+            """Steps 0 and 1: everything before the summarizer, all synchronous."""
+            work = _Working(history, estimator, nonce, reader)
+            before = fixed_tokens + sum(work.costs)
+            trace = CompactionTrace(None, limit, pressure.threshold_tokens, pressure.target_tokens, before)
+            self._reapply(work, checkpoints, set(previewed_refs), trace)
+            trimmed = pressure.with_history(work.total())
+            if trimmed.needed:
+                trace.reason = trimmed.reason
+                trace.compacted_refs = self._preview_old_bodies(work, trimmed)
+            return work, trimmed, trace
+
+        work, pressure, trace = await asyncio.to_thread(trim) if is_large(history) else trim()
         new_checkpoint = False
-        if pressure.needed:
-            trace.reason = pressure.reason
-            trace.compacted_refs = self._preview_old_bodies(work, pressure)
-            if summarizer is not None and fixed_tokens + work.total() > pressure.target_tokens:
-                known = {e.tool_output_ref for e in history if e.tool_output_ref} | set(known_refs)
-                new_checkpoint = await self._summarize(work, pressure, summarizer, known, trace)
+        if pressure.needed and summarizer is not None and fixed_tokens + work.total() > pressure.target_tokens:
+            known = {e.tool_output_ref for e in history if e.tool_output_ref} | set(known_refs)
+            new_checkpoint = await self._summarize(work, pressure, summarizer, known, trace)
         trace.tokens_after = fixed_tokens + work.total()
         return CompactionResult(
             tuple(work.render()),

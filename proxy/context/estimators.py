@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -201,6 +202,11 @@ class CachingEstimator:
     count bounds the cache's bytes: at most ``max_entries * ENTRY_BYTES``, however large the messages
     (a process serving hundreds of sessions with 200 KB tool outputs must not keep those outputs alive
     through its cache keys). One instance should live as long as the estimates stay valid.
+
+    Thread-safe: the compactor counts a large history on a worker thread while the event loop counts
+    other sessions' requests with the same instance. Reads are single dict lookups; storing (with its
+    eviction) holds a lock, and the counting itself runs outside it. ``hits`` and ``misses`` are
+    statistics and may lose an increment under that concurrency.
     """
 
     # Measured with tracemalloc: a 17-byte key, its int and the dict slot come to about 140 bytes;
@@ -213,6 +219,7 @@ class CachingEstimator:
         self.hits = 0
         self.misses = 0
         self._cache: dict[bytes, int] = {}
+        self._lock = threading.Lock()
 
     def count_text(self, text: str) -> int:
         """Cached by a digest of the text."""
@@ -233,10 +240,11 @@ class CachingEstimator:
             return cached
         self.misses += 1
         value = compute()
-        if len(self._cache) >= self.max_entries:
-            # Insertion-ordered dict: evicting the oldest entry keeps the cache bounded without an LRU.
-            self._cache.pop(next(iter(self._cache)))
-        self._cache[key] = value
+        with self._lock:
+            if key not in self._cache and len(self._cache) >= self.max_entries:
+                # Insertion-ordered dict: evicting the oldest entry keeps the cache bounded without an LRU.
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = value
         return value
 
 

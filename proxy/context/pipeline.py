@@ -214,7 +214,12 @@ class ContextPipeline:
             section_ids=prompt.section_ids,
         )
         estimated = ContextValidator().validate(
-            composed, limit_tokens=inp.limit, estimator=estimator, nonce=inp.nonce, tools=tools
+            composed,
+            limit_tokens=inp.limit,
+            estimator=estimator,
+            nonce=inp.nonce,
+            tools=tools,
+            require_user=any(r.message.get("role") == "user" for r in inp.history),
         )
         detailed = self._config.detailed_trace
         plan = state.get(PLAN) if state else None

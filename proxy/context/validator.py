@@ -31,11 +31,17 @@ class ContextValidator:
         estimator: TokenEstimator,
         nonce: str,
         tools: Sequence[Mapping[str, Any]] = (),
+        require_user: bool = True,
     ) -> int:
         """Check ``composed`` (plus ``tools``) against the protocol, the session's framing ``nonce`` and
-        ``limit_tokens``; return the estimate."""
+        ``limit_tokens``; return the estimate.
+
+        ``require_user``: the history had a user message (the task anchor), so the input must still hold
+        one. OpenAI accepts a conversation without any (a system prompt alone, an assistant prefill), so a
+        request that never had one is not refused for it."""
         messages = composed.messages
-        problems = _role_problems(messages) + _pairing_problems(messages) + _hidden_problems(composed, nonce)
+        problems = _role_problems(messages, require_user) + _pairing_problems(messages)
+        problems += _hidden_problems(composed, nonce)
         total = sum(estimator.count_message(m) for m in messages) + (estimator.count_tools(tools) if tools else 0)
         if total > limit_tokens:
             problems.append(f"estimated {total} tokens, over the limit of {limit_tokens}")
@@ -44,7 +50,7 @@ class ContextValidator:
         return total
 
 
-def _role_problems(messages: Sequence[Mapping[str, Any]]) -> list[str]:
+def _role_problems(messages: Sequence[Mapping[str, Any]], require_user: bool) -> list[str]:
     problems: list[str] = []
     if not messages:
         problems.append("no messages")
@@ -55,7 +61,7 @@ def _role_problems(messages: Sequence[Mapping[str, Any]]) -> list[str]:
         if "tool_calls" in message and (message.get("tool_calls") == [] or role != "assistant"):
             # OpenAI rejects tool_calls: [] and tool calls on any role but assistant.
             problems.append(f"message {i} ({role}) has invalid tool_calls")
-    if messages and not any(m.get("role") == "user" for m in messages):
+    if require_user and messages and not any(m.get("role") == "user" for m in messages):
         problems.append("no user message")
     return problems
 

@@ -7,6 +7,7 @@ the default one imports litellm lazily so that building the app stays cheap and 
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
@@ -38,6 +39,10 @@ class LiteLLMBackend:
         logging.getLogger("LiteLLM").setLevel(logging.WARNING)  # not one INFO line per call
         self._litellm = litellm
         self._timeout = timeout_seconds
+
+    async def aclose(self) -> None:
+        """Close the provider connections litellm opened on this event loop; call on shutdown, on that loop."""
+        await close_loop_clients(self._litellm)
 
     def model_map_limits(self, model: str) -> tuple[int | None, int | None]:
         """(max input tokens, max output tokens) from litellm's bundled model map; ``None`` where unknown."""
@@ -109,6 +114,32 @@ async def _close(upstream: Any) -> None:
     aclose = getattr(upstream, "aclose", None)
     if aclose is not None:
         await aclose()
+
+
+async def close_loop_clients(litellm: Any) -> None:
+    """Close the HTTP clients the ``litellm`` module cached for the running event loop, and forget them.
+
+    litellm caches its HTTP clients per event loop (the loop is part of the cache key) and never
+    closes them: after the loop stops, their keep-alive sockets linger until the cache drops them and
+    garbage collection finds them, unclosed. Only this loop's clients are closed, so another app in
+    the same process (a second server, a test) keeps its own.
+    """
+    cache = litellm.in_memory_llm_clients_cache
+    this_loop = cache.update_cache_key_with_event_loop("")  # "-<loop token>": how litellm scopes a key
+    for key in [key for key in list(cache.cache_dict) if this_loop and key.endswith(this_loop)]:
+        client = cache.cache_dict.pop(key, None)
+        cache.ttl_dict.pop(key, None)
+        await _close_client(client)
+
+
+async def _close_client(client: object) -> None:
+    """Close an SDK or httpx client, whichever way it closes (``aclose()``, or an async ``close()``)."""
+    close = getattr(client, "aclose", None) or getattr(client, "close", None)
+    if close is None:
+        return
+    closing = close()
+    if inspect.isawaitable(closing):
+        await closing
 
 
 def _secrets(llm_input: dict[str, Any]) -> list[str]:

@@ -1,6 +1,8 @@
 """HistoryCompactor: previews first, then a validated, size-checked checkpoint; reuse; forced passes."""
 
+import asyncio
 import json
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -10,6 +12,7 @@ from hypothesis import strategies as st
 from proxy.canonical import HistoryEntry, content_text
 from proxy.context.checkpoint import Checkpoint, is_checkpoint_message, quote_body
 from proxy.context.compactor import (
+    OFFLOAD_MESSAGES,
     SPLIT_NOTE,
     CompactionConfig,
     CompactionResult,
@@ -108,6 +111,52 @@ def assert_protocol_valid(messages: Sequence[Mapping[str, Any]]) -> None:
 async def compact(entries: Sequence[HistoryEntry], limit: int, **kw: Any) -> CompactionResult:
     compactor = HistoryCompactor(kw.pop("config", None))
     return await compactor.compact(entries, nonce=NONCE, limit=limit, estimator=ESTIMATOR, **kw)
+
+
+class GatedEstimator:
+    """Counts like ``ESTIMATOR``, but its first message count waits until ``gate`` is opened."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.opened_in_time: bool | None = None
+        self.threads: set[int] = set()
+
+    def count_text(self, text: str) -> int:
+        return ESTIMATOR.count_text(text)
+
+    def count_message(self, message: Mapping[str, Any]) -> int:
+        self.threads.add(threading.get_ident())
+        if self.opened_in_time is None:
+            # On the event loop this wait could only end by timing out: nothing else runs meanwhile.
+            self.opened_in_time = self.gate.wait(timeout=5)
+        return ESTIMATOR.count_message(message)
+
+    def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
+        return ESTIMATOR.count_tools(tools)
+
+
+async def test_a_large_history_is_counted_while_the_event_loop_serves_others() -> None:
+    entries, _ = agent_run(OFFLOAD_MESSAGES // 2 + 1, chars=100)
+    estimator = GatedEstimator()
+
+    async def another_session() -> None:
+        await asyncio.sleep(0.01)  # compaction has started counting by now
+        estimator.gate.set()
+
+    compactor = HistoryCompactor()
+    await asyncio.gather(
+        compactor.compact(entries, nonce=NONCE, limit=1_000_000, estimator=estimator), another_session()
+    )
+    assert estimator.opened_in_time is True
+    assert threading.get_ident() not in estimator.threads
+
+
+async def test_a_small_history_is_counted_on_the_event_loop() -> None:
+    entries, _ = agent_run(3, chars=100)
+    estimator = GatedEstimator()
+    estimator.gate.set()
+    await HistoryCompactor().compact(entries, nonce=NONCE, limit=1_000_000, estimator=estimator)
+    assert estimator.threads == {threading.get_ident()}  # no thread hop for what costs microseconds
 
 
 async def test_below_the_threshold_nothing_changes() -> None:

@@ -55,6 +55,13 @@ def test_problems_are_reported(messages: tuple[dict[str, Any], ...], hidden: tup
     assert problem in info.value.message
 
 
+def test_a_user_message_is_required_only_when_the_history_had_one() -> None:
+    prefill = composed({"role": "system", "content": "s"}, {"role": "assistant", "content": "Once"})
+    assert VALIDATOR.validate(prefill, limit_tokens=10_000, estimator=EST, nonce=NONCE, require_user=False) > 0
+    with pytest.raises(AssemblyFailed, match="no user message"):
+        VALIDATOR.validate(prefill, limit_tokens=10_000, estimator=EST, nonce=NONCE, require_user=True)
+
+
 def test_hidden_messages_must_carry_the_sessions_nonce() -> None:
     other_session = DefaultContextMessageComposer().compose(
         "prompt", [{"role": "user", "content": "t"}], [ContextMessage("p.s", "x", "plan")], nonce="f" * 16

@@ -81,3 +81,24 @@ def test_more_messages_than_the_cap_is_a_400_naming_the_setting(start_proxy, pro
         assert provider.history == []
         at_cap = http.post("/v1/chat/completions", content=_raw(", ".join([FIRST] * 50)), headers=HEADERS)
     assert at_cap.status_code == 200, at_cap.text
+
+
+NO_USER_MESSAGE = [
+    pytest.param([{"role": "system", "content": "Say hello."}], id="system-only"),
+    pytest.param([{"role": "developer", "content": "Say hello."}], id="developer-only"),
+    pytest.param([{"role": "system", "content": "Go on."}, {"role": "assistant", "content": "Once"}], id="prefill"),
+]
+
+
+@pytest.mark.parametrize("messages", NO_USER_MESSAGE)
+def test_a_conversation_without_a_user_message_is_served_as_openai_serves_it(start_proxy, provider, messages):
+    proxy = start_proxy(mode="dynamic")
+    with httpx.Client(base_url=proxy.url) as http:
+        first = http.post("/v1/chat/completions", json={"model": "test-model", "messages": messages}, headers=HEADERS)
+        assert first.status_code == 200, first.text
+        later = [*messages, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "Again."}]
+        second = http.post("/v1/chat/completions", json={"model": "test-model", "messages": later}, headers=HEADERS)
+    assert second.status_code == 200, second.text
+    assert [m["content"] for m in provider.history[0]["messages"] if m["role"] != "system"] == [
+        m["content"] for m in messages if m["role"] not in ("system", "developer")
+    ]

@@ -3,7 +3,9 @@ open when it is over ends with an error event and ``[DONE]`` instead of a cut co
 
 from __future__ import annotations
 
+import gc
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -86,3 +88,32 @@ def test_a_stream_still_open_after_the_grace_ends_with_an_error_event(tmp_path: 
     while provider.provider.streams_abandoned == 0 and time.monotonic() < deadline:
         time.sleep(0.02)
     assert provider.provider.streams_abandoned == 1  # the provider call was closed, not left running
+
+
+def _open_sockets_to(url: str) -> set[int]:
+    """The file descriptors of this process's open sockets connected to ``url``'s port."""
+    port = httpx.URL(url).port
+    found = set()
+    for candidate in gc.get_objects():
+        if isinstance(candidate, socket.socket) and candidate.fileno() != -1:
+            try:
+                peer = candidate.getpeername()
+            except OSError:  # not connected
+                continue
+            if isinstance(peer, tuple) and peer[1] == port:
+                found.add(candidate.fileno())
+    return found
+
+
+def test_a_stopped_proxy_leaves_no_provider_connection_open(start_proxy, provider):
+    before = _open_sockets_to(provider.url)  # other proxies' connections are not this test's business
+    proxy = start_proxy()
+    with httpx.Client(base_url=proxy.url) as http:
+        answer = http.post("/v1/chat/completions", json={"model": "test-model", "messages": MESSAGES})
+    assert answer.status_code == 200, answer.text
+    assert _open_sockets_to(provider.url) - before  # litellm keeps the connection alive for the next call
+    proxy.stop()
+    # litellm caches that client per event loop and never closes it: a proxy that stopped without
+    # closing it left the socket open until the cache dropped the client, and the collector then
+    # found it unclosed (a ResourceWarning in whatever test happened to be running).
+    assert _open_sockets_to(provider.url) - before == set()

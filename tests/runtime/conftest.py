@@ -9,9 +9,10 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 
 from proxy.offline import prepare_offline_environment
+from proxy.runtime.provider import close_loop_clients
 
 
 @dataclass
@@ -119,6 +121,16 @@ def litellm() -> ModuleType:
 
     module.suppress_debug_info = True
     return module
+
+
+@pytest.fixture(autouse=True)
+async def _close_litellm_clients() -> AsyncIterator[None]:
+    """After each test, close what litellm cached on its event loop: the provider connections would
+    otherwise stay open until the collector finds them, unclosed, in some later test."""
+    yield
+    module = sys.modules.get("litellm")
+    if module is not None:
+        await close_loop_clients(module)
 
 
 @pytest.fixture(scope="session")
