@@ -75,7 +75,9 @@ def run_demo(data_dir: Path | None) -> int:
     """Run the demo and print each provider request; returns the process exit code."""
     with tempfile.TemporaryDirectory(prefix="context-proxy-demo-") as scratch:
         folder = data_dir or Path(scratch)
-        provider = ScriptedProvider(scientist)
+        # The provider counts as o200k_base does and refuses what exceeds its window, as a real one would:
+        # the proxy learns that count from each answer's usage, and the lines below show it respected.
+        provider = ScriptedProvider(scientist, token_scale=1.0, context_window=LONG_RUN_WINDOW)
         with serve_in_thread(provider.app()) as provider_url:
             route = ModelRoute(
                 MODEL,
