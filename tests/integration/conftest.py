@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Iterator
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import jsonschema
 import openai
 import pytest
@@ -140,3 +143,30 @@ def validate_traces(folder: Path) -> int:
 @pytest.fixture
 def legacy_proxy(start_proxy: Callable[..., ProxyHandle]) -> ProxyHandle:
     return start_proxy(mode="legacy")
+
+
+PG_DSN = os.environ.get("CONTEXT_PROXY_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+STORE_BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+async def store_url_for(backend: str, prefix: str, pool_size: int, lock_connections: int) -> AsyncIterator[str | None]:
+    """``None`` (the SQLite default) or the URL of a fresh PostgreSQL schema, dropped afterwards.
+
+    Small pools: the server is shared with other test runs. Use as the body of a ``store_url`` fixture
+    parametrized over ``STORE_BACKENDS``.
+    """
+    if backend == "sqlite":
+        yield None
+        return
+    try:
+        conn = await asyncpg.connect(PG_DSN, timeout=5)
+    except (OSError, asyncpg.PostgresError) as exc:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"PostgreSQL at {PG_DSN} is not reachable ({exc}); CI=true requires it")
+        pytest.skip(f"PostgreSQL at {PG_DSN} is not reachable ({exc})")
+    schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    try:
+        yield f"{PG_DSN}?schema={schema}&pool_size={pool_size}&lock_connections={lock_connections}"
+    finally:
+        await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        await conn.close()

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import asyncpg
 import openai
 import pytest
 
@@ -25,12 +23,12 @@ from proxy.demo.science import is_summary_request
 from proxy.demo.scripted_provider import Reply, ToolCall
 from proxy.identity import identify
 from proxy.session import open_store
+from tests.integration.conftest import STORE_BACKENDS, store_url_for
 from tests.session.store_rows import session_info
 
 RUNS = 10
 STEPS = 8  # model calls per run: seven tool steps, then the answer
 LATENCY = 0.5
-PG_DSN = os.environ.get("CONTEXT_PROXY_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 TOOLS = [
     {
         "type": "function",
@@ -47,25 +45,11 @@ OPENING = [
 ]
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(params=STORE_BACKENDS)
 async def store_url(request: pytest.FixtureRequest) -> AsyncIterator[str | None]:
     """``None`` (the SQLite default) or a fresh PostgreSQL schema, dropped afterwards."""
-    if request.param == "sqlite":
-        yield None
-        return
-    try:
-        conn = await asyncpg.connect(PG_DSN, timeout=5)
-    except (OSError, asyncpg.PostgresError) as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"PostgreSQL at {PG_DSN} is not reachable ({exc}); CI=true requires it")
-        pytest.skip(f"PostgreSQL at {PG_DSN} is not reachable ({exc})")
-    schema = f"test_branches_{uuid.uuid4().hex[:12]}"
-    try:
-        # Small pools: the server is shared with other test runs; ten branches need ten lock connections.
-        yield f"{PG_DSN}?schema={schema}&pool_size=4&lock_connections={RUNS + 2}"
-    finally:
-        await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-        await conn.close()
+    async for url in store_url_for(request.param, "test_branches", pool_size=4, lock_connections=RUNS + 2):
+        yield url
 
 
 def _script(body: dict[str, Any]) -> Reply:

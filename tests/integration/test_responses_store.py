@@ -6,39 +6,21 @@ so both backends must serve it, including across a proxy restart (the id outlive
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import asyncpg
 import openai
 import pytest
 
 from proxy.demo.scripted_provider import Reply
-from tests.integration.conftest import MODEL
-
-PG_DSN = os.environ.get("CONTEXT_PROXY_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+from tests.integration.conftest import MODEL, STORE_BACKENDS, store_url_for
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(params=STORE_BACKENDS)
 async def store_url(request: pytest.FixtureRequest) -> AsyncIterator[str | None]:
     """``None`` (the SQLite default) or a fresh PostgreSQL schema, dropped afterwards."""
-    if request.param == "sqlite":
-        yield None
-        return
-    try:
-        conn = await asyncpg.connect(PG_DSN, timeout=5)
-    except (OSError, asyncpg.PostgresError) as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"PostgreSQL at {PG_DSN} is not reachable ({exc}); CI=true requires it")
-        pytest.skip(f"PostgreSQL at {PG_DSN} is not reachable ({exc})")
-    schema = f"test_responses_{uuid.uuid4().hex[:12]}"
-    try:
-        yield f"{PG_DSN}?schema={schema}&pool_size=2&lock_connections=4"
-    finally:
-        await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-        await conn.close()
+    async for url in store_url_for(request.param, "test_responses", pool_size=2, lock_connections=4):
+        yield url
 
 
 def _count_users(body: dict[str, Any]) -> Reply:
