@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import asyncpg
 import jsonschema
 import openai
@@ -76,16 +77,37 @@ def route_to(provider_url: str, name: str = MODEL) -> ModelRoute:
 
 @dataclasses.dataclass
 class ProxyHandle:
-    """A running proxy and how to reach it."""
+    """A running proxy and how to reach it.
+
+    The synchronous SDK clients it makes are closed when the test ends: an unclosed client's socket is
+    reported (filterwarnings=error) whenever the garbage collector happens to run, which may be in the
+    middle of a later, unrelated test.
+    """
 
     url: str
     settings: Settings
     stop: Callable[[], None] = lambda: None  # stops the server now (a restart, or to open its store)
+    clients: list[openai.OpenAI | anthropic.Anthropic] = dataclasses.field(default_factory=list)
 
     def client(self, **kw: Any) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=kw.pop("api_key", "sk-client"), max_retries=0, **kw)
+        made = openai.OpenAI(base_url=f"{self.url}/v1", api_key=kw.pop("api_key", "sk-client"), max_retries=0, **kw)
+        self.clients.append(made)
+        return made
+
+    def anthropic_client(self, **kw: Any) -> anthropic.Anthropic:
+        """The official Anthropic SDK pointed at the proxy; ``auth_token=`` sends a bearer header instead."""
+        if "auth_token" not in kw:
+            kw.setdefault("api_key", "sk-client")
+        made = anthropic.Anthropic(base_url=self.url, max_retries=0, **kw)
+        self.clients.append(made)
+        return made
+
+    def close_clients(self) -> None:
+        while self.clients:
+            self.clients.pop().close()
 
     def async_client(self, **kw: Any) -> openai.AsyncOpenAI:
+        """Not tracked: an async client belongs to the test's event loop, so the test closes it."""
         return openai.AsyncOpenAI(
             base_url=f"{self.url}/v1", api_key=kw.pop("api_key", "sk-client"), max_retries=0, **kw
         )
@@ -97,6 +119,7 @@ def start_proxy(tmp_path: Path, provider: ProviderHandle) -> Iterator[Callable[.
     stack: list[Any] = []
 
     running: dict[Any, Path] = {}  # SQLite proxies still serving, by the data folder they hold
+    handles: list[ProxyHandle] = []
 
     def start(**overrides: Any) -> ProxyHandle:
         settings = Settings(**{"data_dir": tmp_path / "data", "models": (route_to(provider.url),), **overrides})
@@ -118,9 +141,13 @@ def start_proxy(tmp_path: Path, provider: ProviderHandle) -> Iterator[Callable[.
                 stack.remove(context)
                 context.__exit__(None, None, None)
 
-        return ProxyHandle(url=url, settings=settings, stop=stop)
+        handle = ProxyHandle(url=url, settings=settings, stop=stop)
+        handles.append(handle)
+        return handle
 
     yield start
+    for handle in handles:
+        handle.close_clients()
     while stack:
         stack.pop().__exit__(None, None, None)
     validate_traces(tmp_path / "data" / "context-traces")

@@ -119,7 +119,7 @@ def test_a_messages_stream_cut_mid_answer_ends_in_an_error_event(start_proxy, pr
     assert types[-1] == "error" and "message_stop" not in types
     assert events[-1]["error"]["type"] in ("api_error", "overloaded_error") and events[-1]["error"]["message"]
 
-    client = anthropic.Anthropic(base_url=proxy.url, api_key="sk-client", max_retries=0)
+    client = proxy.anthropic_client()
     user = [{"role": "user", "content": "hi"}]
     with (
         pytest.raises(anthropic.APIStatusError) as caught,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,22 +22,8 @@ TOOLS: list[Any] = [
 ]
 
 
-_CLIENTS: list[anthropic.Anthropic] = []
-
-
-@pytest.fixture(autouse=True)
-def _close_clients() -> Iterator[None]:
-    """Close every SDK client a test made: an unclosed one's socket is reported (filterwarnings=error)
-    whenever the garbage collector happens to run, which may be in the middle of a later test."""
-    yield
-    while _CLIENTS:
-        _CLIENTS.pop().close()
-
-
 def client(proxy: ProxyHandle, key: str = "sk-client") -> anthropic.Anthropic:
-    made = anthropic.Anthropic(base_url=proxy.url, api_key=key, max_retries=0)
-    _CLIENTS.append(made)
-    return made
+    return proxy.anthropic_client(api_key=key)
 
 
 def traces(proxy: ProxyHandle, context_id: str) -> list[dict[str, Any]]:

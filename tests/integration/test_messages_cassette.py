@@ -11,8 +11,6 @@ import json
 import re
 from typing import Any
 
-import anthropic
-
 from proxy.demo.science import TOOLS as SCIENCE_TOOLS
 from proxy.demo.science import checkpoint_for, is_summary_request, tool_output
 from proxy.demo.scripted_provider import Reply, ToolCall
@@ -51,7 +49,7 @@ def _script(body: dict[str, Any]) -> Reply:
 def test_messages_session_through_a_compaction_is_pinned(provider, pinned_proxy, replay_checked):  # noqa: F811
     provider.script(_script)
     proxy = pinned_proxy(window=7_000, output=1_000)
-    sdk = anthropic.Anthropic(base_url=proxy.url, api_key="sk-client", max_retries=0)
+    sdk = proxy.anthropic_client()
     system = [{"type": "text", "text": "You are a calibration agent.", "cache_control": {"type": "ephemeral"}}]
     messages: list[dict[str, Any]] = [{"role": "user", "content": TASK}]
     with use_cassette(proxy.url, "messages_compaction.yaml") as cassette:

@@ -10,13 +10,13 @@ import httpx
 import pytest
 
 from proxy.demo.scripted_provider import Reply
-from tests.integration.conftest import MODEL
+from tests.integration.conftest import MODEL, ProxyHandle
 
 USER = [{"role": "user", "content": "hi"}]
 
 
-def sdk(url: str, key: str = "sk-client") -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=url, api_key=key, max_retries=0)
+def sdk(proxy: ProxyHandle, key: str = "sk-client") -> anthropic.Anthropic:
+    return proxy.anthropic_client(api_key=key)
 
 
 def error_of(exc: anthropic.APIStatusError) -> dict[str, Any]:
@@ -28,7 +28,7 @@ def error_of(exc: anthropic.APIStatusError) -> dict[str, Any]:
 def test_bad_input_is_a_400_invalid_request_error_and_stores_nothing(start_proxy, provider):
     proxy = start_proxy()
     with pytest.raises(anthropic.BadRequestError) as caught:
-        sdk(proxy.url).messages.create(
+        sdk(proxy).messages.create(
             model=MODEL, max_tokens=10, messages=[{"role": "user", "content": [{"type": "bogus", "x": 1}]}]
         )
     assert caught.value.status_code == 400
@@ -43,7 +43,7 @@ def test_orphan_tool_result_is_refused_before_the_provider(start_proxy, provider
     proxy = start_proxy()
     orphan = [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x", "content": "x"}]}]
     with pytest.raises(anthropic.BadRequestError) as caught:
-        sdk(proxy.url).messages.create(model=MODEL, max_tokens=10, messages=orphan)
+        sdk(proxy).messages.create(model=MODEL, max_tokens=10, messages=orphan)
     assert error_of(caught.value)["type"] == "invalid_request_error"
     assert provider.history == []
 
@@ -64,11 +64,9 @@ def test_bad_key_is_a_401_authentication_error(start_proxy, provider, header):
     proxy = start_proxy(master_key="master-secret")
     with pytest.raises(anthropic.AuthenticationError) as caught:
         if header == "x-api-key":
-            sdk(proxy.url, key="wrong").messages.create(model=MODEL, max_tokens=10, messages=USER)
+            sdk(proxy, key="wrong").messages.create(model=MODEL, max_tokens=10, messages=USER)
         else:
-            anthropic.Anthropic(base_url=proxy.url, auth_token="wrong", max_retries=0).messages.create(
-                model=MODEL, max_tokens=10, messages=USER
-            )
+            proxy.anthropic_client(auth_token="wrong").messages.create(model=MODEL, max_tokens=10, messages=USER)
     assert caught.value.status_code == 401
     assert error_of(caught.value)["type"] == "authentication_error"
     assert provider.history == []
@@ -76,8 +74,8 @@ def test_bad_key_is_a_401_authentication_error(start_proxy, provider, header):
 
 def test_master_key_as_x_api_key_or_bearer_token_is_accepted(start_proxy, provider):
     proxy = start_proxy(master_key="master-secret")
-    by_key = sdk(proxy.url, key="master-secret").messages.create(model=MODEL, max_tokens=10, messages=USER)
-    bearer = anthropic.Anthropic(base_url=proxy.url, auth_token="master-secret", max_retries=0)
+    by_key = sdk(proxy, key="master-secret").messages.create(model=MODEL, max_tokens=10, messages=USER)
+    bearer = proxy.anthropic_client(auth_token="master-secret")
     by_token = bearer.messages.count_tokens(model=MODEL, messages=USER)
     assert by_key.content[0].text == "ok"  # type: ignore[union-attr]
     assert by_token.input_tokens > 0
@@ -86,17 +84,17 @@ def test_master_key_as_x_api_key_or_bearer_token_is_accepted(start_proxy, provid
 def test_unknown_model_is_a_404_not_found_error(start_proxy, provider):
     proxy = start_proxy()
     with pytest.raises(anthropic.NotFoundError) as caught:
-        sdk(proxy.url).messages.create(model="no-such-model", max_tokens=10, messages=USER)
+        sdk(proxy).messages.create(model="no-such-model", max_tokens=10, messages=USER)
     assert error_of(caught.value) == {"type": "not_found_error", "message": "model: no-such-model"}
     with pytest.raises(anthropic.NotFoundError):
-        sdk(proxy.url).messages.count_tokens(model="no-such-model", messages=USER)
+        sdk(proxy).messages.count_tokens(model="no-such-model", messages=USER)
 
 
 def test_overflow_that_survives_the_retry_reads_as_prompt_is_too_long(start_proxy, provider):
     provider.script(lambda body: Reply(content="never"), context_window=5)
     proxy = start_proxy()
     with pytest.raises(anthropic.BadRequestError) as caught:
-        sdk(proxy.url).messages.create(model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "x " * 200}])
+        sdk(proxy).messages.create(model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "x " * 200}])
     error = error_of(caught.value)
     assert error["type"] == "invalid_request_error"
     # Claude Code parses exactly this sentence for the two numbers.
@@ -121,7 +119,7 @@ def test_provider_failures_keep_anthropic_status_and_type(start_proxy, provider,
     provider.script(lambda _: Reply(error_status=status, error_body=body))
     proxy = start_proxy()
     with pytest.raises(sdk_error) as caught:
-        sdk(proxy.url).messages.create(model=MODEL, max_tokens=10, messages=USER)
+        sdk(proxy).messages.create(model=MODEL, max_tokens=10, messages=USER)
     assert caught.value.status_code == (529 if kind == "overloaded_error" else status)
     assert error_of(caught.value)["type"] == kind
 
@@ -130,4 +128,4 @@ def test_head_root_is_a_plain_404_and_the_proxy_keeps_serving(start_proxy, provi
     proxy = start_proxy()
     with httpx.Client(base_url=proxy.url) as http:
         assert http.head("/").status_code == 404
-    assert sdk(proxy.url).messages.create(model=MODEL, max_tokens=10, messages=USER).content
+    assert sdk(proxy).messages.create(model=MODEL, max_tokens=10, messages=USER).content

@@ -64,7 +64,7 @@ def test_forty_step_tool_loop_stays_in_the_window_with_the_task_in_every_request
     provider.script(model, context_window=WINDOW)
     provider.provider.token_scale = 1.0  # counts as tiktoken does, as this test measures
     proxy = start_proxy(models=(_route(provider.url),))
-    sdk = anthropic.Anthropic(base_url=proxy.url, api_key="sk-client", max_retries=0)
+    sdk = proxy.anthropic_client()
     messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": TASK}]}]
     for _turn in range(steps + 3):
         reply = _answer(sdk, messages, stream)
