@@ -68,21 +68,33 @@ class TokenCalibrator:
             cached = self._tiktoken[encoding] = CachingEstimator(TiktokenEstimator(encoding))
         return cached
 
+    def stored_key(self, route: ModelRoute) -> str | None:
+        """The store key of the route's calibration, when its accounting reads one (calibrated only)."""
+        if self._settings.estimator != "calibrated":
+            return None
+        return self._key(route)[0]
+
     async def accounting(self, route: ModelRoute) -> TokenAccounting:
-        """The estimator this route's next turn counts with."""
+        """The estimator this route's next call counts with (reads the calibration from the store)."""
+        key = self.stored_key(route)
+        stored = None
+        if key is not None:
+            try:
+                stored = await self._store.calibration(key)
+            except StoreError as exc:
+                # Counting must not fail a request: without the samples, the start margin is the safe side.
+                logger.warning("token calibration of %s unreadable (%s); using the start margin", key, exc)
+        return self.accounting_with(route, stored)
+
+    def accounting_with(self, route: ModelRoute, stored: Any | None) -> TokenAccounting:
+        """The estimator this route's next call counts with, given its ``stored`` calibration (read by the
+        caller, e.g. with the turn's ``begin_turn``)."""
         base = self.base(route)
         if base is None:
             return TokenAccounting(self._conservative, "conservative")
         encoding = tiktoken_encoding_for(route.litellm_model)
         if self._settings.estimator == "tiktoken":
             return TokenAccounting(base, "tiktoken", encoding)
-        key, _ = self._key(route)
-        try:
-            stored = await self._store.calibration(key)
-        except StoreError as exc:
-            # Counting must not fail a turn: without the samples, the start margin is the safe side.
-            logger.warning("token calibration of %s unreadable (%s); using the start margin", key, exc)
-            stored = None
         correction = Calibration.from_record(stored).correction(self._settings.estimator_start_percent / 100)
         return TokenAccounting(ScaledEstimator(base, correction.factor), "calibrated", encoding, correction)
 

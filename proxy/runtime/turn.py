@@ -28,7 +28,7 @@ from proxy.errors import AssemblyFailed, ContextOverflow, ProxyError, SessionCon
 from proxy.identity import SessionIdentity
 from proxy.runtime import call_tag
 from proxy.runtime.assembly import Assembler, Candidate, TurnRequest
-from proxy.runtime.branch import BranchTurn, branch_of, first_branch_turn, next_branch_turn
+from proxy.runtime.branch import BRANCH_TURNS, BranchTurn, branch_of, next_branch_turn
 from proxy.runtime.calibration import TokenCalibrator, usage_of
 from proxy.runtime.limits import ModelLimits, ModelMapLookup, RouteLimits
 from proxy.runtime.provider import ProviderBackend
@@ -36,7 +36,7 @@ from proxy.runtime.stream_buffer import accumulate, synthesize
 from proxy.runtime.trace import TraceWriter
 from proxy.runtime.trace_record import CallRecord, trace_json
 from proxy.session.reconcile import ChainMemo
-from proxy.session.store import Reconciliation, SessionBusy, SessionStore
+from proxy.session.store import SessionBusy, SessionStore
 
 Release = Callable[[], Awaitable[None]]
 
@@ -261,10 +261,16 @@ class TurnRunner:
     ) -> TurnRequest:
         """Store what is new in the request and number its first model call."""
         limits = self.limits_for(route)  # first: a window the output reserve fills is refused before any write
-        reconciliation = await self.store.reconcile(identity.context_id, identity.scope, body["messages"])
-        turn = await self.store.next_turn(identity.context_id)
-        branch = await self._first_branch_turn(reconciliation)
-        tokens = await self.calibrator.accounting(route)
+        # One store round trip: reconcile, number the call (on its branch too, when traced), and read what
+        # the assembler and the token accounting need. The branch's turn lock is already held.
+        start = await self.store.begin_turn(
+            identity.context_id,
+            identity.scope,
+            body["messages"],
+            () if mode == "legacy" else self.assembler.channels,
+            branch_counter=BRANCH_TURNS if self.traces is not None else None,
+            calibration=self.calibrator.stored_key(route),
+        )
         return TurnRequest(
             identity,
             mode,
@@ -272,11 +278,12 @@ class TurnRunner:
             limits,
             body,
             headers,
-            reconciliation,
-            turn,
-            branch=branch,
+            start.reconciliation,
+            start.turn,
+            branch=None if start.branch is None else BranchTurn(start.branch.number, start.branch.parent),
             ingress=ingress,
-            tokens=tokens,
+            tokens=self.calibrator.accounting_with(route, start.calibration),
+            view=start.view,
         )
 
     async def _answer(self, request: TurnRequest) -> Answer:
@@ -296,6 +303,8 @@ class TurnRunner:
                     request,
                     turn=await self.store.next_turn(request.identity.context_id),
                     branch=await self._next_branch_turn(request),
+                    round=rounds,
+                    view=None,  # the round wrote to the store: the assembler reads it again
                 )
                 continue
             if calls:  # past the round limit: the client must never see a tool it does not know
@@ -313,12 +322,6 @@ class TurnRunner:
             if isinstance(answer, LiveStream):
                 await answer.aclose()  # not handed to anyone: close the provider call and write its trace
             raise
-
-    async def _first_branch_turn(self, reconciliation: Reconciliation) -> BranchTurn | None:
-        """This request's place on its branch, for the trace (not counted when traces are off)."""
-        if self.traces is None:
-            return None
-        return await first_branch_turn(self.store, reconciliation.context_id, reconciliation.chain_hashes)
 
     async def _next_branch_turn(self, request: TurnRequest) -> BranchTurn | None:
         if request.branch is None:
@@ -343,7 +346,8 @@ class TurnRunner:
             # This request's own retry takes the statement as it is (it can only hurt this request);
             # what other requests keep of it is RouteLimits' decision above.
             limits = limits.with_model_max(overflow.limit, source="provider_error")
-        forced = replace(request, limits=limits, forced=True, stated_limit=overflow.limit)
+        # view=None: the first attempt may have written (a checkpoint, previews), so the retry reads again.
+        forced = replace(request, limits=limits, forced=True, stated_limit=overflow.limit, view=None)
         try:
             return await self._attempt(forced, recovery=1, reason=overflow.provider_message)
         except ContextOverflow as second:
