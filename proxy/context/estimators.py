@@ -154,6 +154,8 @@ class ScaledEstimator:
     def __init__(self, inner: TokenEstimator, factor: float) -> None:
         self.inner = inner
         self.factor = factor
+        # Checked once: a runtime protocol check costs microseconds, a count by chain hash well under one.
+        self._named = inner if isinstance(inner, PrefixTokenEstimator) else None
 
     def count_text(self, text: str) -> int:
         """The base count of ``text``, scaled."""
@@ -166,12 +168,8 @@ class ScaledEstimator:
     def count_message_at(self, chain_hash: str, message: Mapping[str, Any]) -> int:
         """The base count of a history message (looked up by its chain hash when the base can), scaled: the
         base count is what is cached, so a new calibration factor never meets a stale scaled count."""
-        inner = self.inner
-        base = (
-            inner.count_message_at(chain_hash, message)
-            if isinstance(inner, PrefixTokenEstimator)
-            else inner.count_message(message)
-        )
+        named = self._named
+        base = named.count_message_at(chain_hash, message) if named is not None else self.inner.count_message(message)
         return math.ceil(base * self.factor)
 
     def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
@@ -320,11 +318,15 @@ class TurnEstimator:
 
     def name_history(self, entries: Sequence[HistoryEntry]) -> None:
         """Count these messages (and their shallow copies) by their chain hashes from now on."""
+        self.name_messages([entry.message for entry in entries], [entry.chain_hash for entry in entries])
+
+    def name_messages(self, messages: Sequence[Mapping[str, Any]], chain_hashes: Sequence[str]) -> None:
+        """Count ``messages[i]`` (and its shallow copies) by ``chain_hashes[i]`` from now on."""
         if self._prefix is None:
             return
-        for entry in entries:
-            key, held = _identity(entry.message)
-            self._names[key] = (held, entry.chain_hash)
+        for message, chain_hash in zip(messages, chain_hashes, strict=True):
+            key, held = _identity(message)
+            self._names[key] = (held, chain_hash)
 
     def count_text(self, text: str) -> int:
         """Passed through: texts are few per turn."""

@@ -25,11 +25,10 @@ precedes their common head (ten identical first requests are each call 1), never
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.session.reconcile import ChainMemo, request_hashes
 from proxy.session.store import SessionStore
 
 # Model calls made along a chain, as of the head they were made at. A request's first call is counted by
@@ -50,9 +49,9 @@ class BranchTurn:
         return {"turn": self.number, "parentHeadHash": self.parent_head}
 
 
-def branch_of(memo: ChainMemo, context_id: str, messages: Sequence[Mapping[str, Any]]) -> str:
-    """The branch a request's turn locks: the chain hash of its last message."""
-    return request_hashes(context_id, messages, memo)[-1]
+def branch_of(chain_hashes: Sequence[str]) -> str:
+    """The branch a request's turn locks, given its chain hashes (``request_hashes``): its last message's."""
+    return chain_hashes[-1]
 
 
 async def next_branch_turn(store: SessionStore, context_id: str, head: str, previous: BranchTurn) -> BranchTurn:

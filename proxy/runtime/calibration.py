@@ -14,7 +14,7 @@ provider model string (``model:<litellm model>``), at most ``UNROUTED_CALIBRATIO
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ from proxy.context.estimators import (
     ConservativeTokenEstimator,
     ScaledEstimator,
     TiktokenEstimator,
+    TurnEstimator,
     tiktoken_encoding_for,
 )
 from proxy.context.types import TokenEstimator
@@ -98,8 +99,18 @@ class TokenCalibrator:
         correction = Calibration.from_record(stored).correction(self._settings.estimator_start_percent / 100)
         return TokenAccounting(ScaledEstimator(base, correction.factor), "calibrated", encoding, correction)
 
-    async def observe(self, route: ModelRoute, llm_input: Mapping[str, Any], usage: Any) -> None:
-        """Learn from one answer's ``usage`` for the request ``llm_input`` that was sent (calibrated only)."""
+    async def observe(
+        self,
+        route: ModelRoute,
+        llm_input: Mapping[str, Any],
+        usage: Any,
+        known: Sequence[Mapping[str, Any]] = (),
+        known_hashes: Sequence[str] = (),
+    ) -> None:
+        """Learn from one answer's ``usage`` for the request ``llm_input`` that was sent (calibrated only).
+
+        ``known`` are the client's messages with their chain hashes: what was sent of them (as is, or as
+        shallow copies) is counted by chain hash, so a long history is not digested again after its call."""
         if self._settings.estimator != "calibrated":
             return
         provider_tokens = usage.get("prompt_tokens") if isinstance(usage, Mapping) else None
@@ -108,7 +119,9 @@ class TokenCalibrator:
         base = self.base(route)
         if base is None:
             return
-        local = local_count(base, llm_input)
+        counter = TurnEstimator(base)
+        counter.name_messages(known, known_hashes)
+        local = local_count(counter, llm_input)
         key, group = self._key(route)
 
         def update(current: Any) -> Any:

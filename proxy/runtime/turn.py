@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from types import TracebackType
@@ -35,7 +35,7 @@ from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.stream_buffer import accumulate, synthesize
 from proxy.runtime.trace import TraceWriter
 from proxy.runtime.trace_record import CallRecord, trace_json
-from proxy.session.reconcile import ChainMemo
+from proxy.session.reconcile import ChainMemo, request_hashes
 from proxy.session.store import SessionBusy, SessionStore
 
 Release = Callable[[], Awaitable[None]]
@@ -241,10 +241,11 @@ class TurnRunner:
 
         ``ingress`` is what a non-chat ingress records about its translation (for the trace).
         """
-        branch = branch_of(self._branch_hashes, identity.context_id, body["messages"])
-        async with TurnLock(self.store.turn_lock(identity.context_id, branch)) as lock:
+        # Named once: the hashes key the branch's turn lock and go on to the store with the request.
+        hashes = request_hashes(identity.context_id, body["messages"], self._branch_hashes)
+        async with TurnLock(self.store.turn_lock(identity.context_id, branch_of(hashes))) as lock:
             request = await self._first_request(
-                body, identity, route, headers or {}, mode or self.settings.mode, ingress
+                body, identity, route, headers or {}, mode or self.settings.mode, ingress, hashes
             )
             answer = await self._answer(request)
             answer.outlive(lock)  # what the answer still needs once the turn returns (a live stream: the lock)
@@ -258,6 +259,7 @@ class TurnRunner:
         headers: Mapping[str, str],
         mode: Mode,
         ingress: Mapping[str, Any] | None,
+        hashes: Sequence[str],
     ) -> TurnRequest:
         """Store what is new in the request and number its first model call."""
         limits = self.limits_for(route)  # first: a window the output reserve fills is refused before any write
@@ -270,6 +272,7 @@ class TurnRunner:
             () if mode == "legacy" else self.assembler.channels,
             branch_counter=BRANCH_TURNS if self.traces is not None else None,
             calibration=self.calibrator.stored_key(route),
+            chain_hashes=hashes,
         )
         return TurnRequest(
             identity,
@@ -391,11 +394,11 @@ class TurnRunner:
             answer: Answer
             if not request.body.get("stream"):
                 response = await self.backend.complete(llm_input)
-                await self.calibrator.observe(request.route, llm_input, response.get("usage"))
+                await self.calibrator.observe(request.route, llm_input, response.get("usage"), *_named(request))
                 answer = Completion(response)
             elif proxy_tools:
                 buffered = [chunk async for chunk in await self.backend.stream(llm_input)]
-                await self.calibrator.observe(request.route, llm_input, usage_of(buffered))
+                await self.calibrator.observe(request.route, llm_input, usage_of(buffered), *_named(request))
                 answer = BufferedStream([kept for c in buffered if (kept := _client_chunk(c, strip_usage)) is not None])
             else:
                 chunks = await self.backend.stream(llm_input)
@@ -423,7 +426,7 @@ class TurnRunner:
                 kept = _client_chunk(chunk, strip_usage)
                 if kept is not None:
                     yield kept
-            await self.calibrator.observe(record.request.route, record.llm_input, usage)
+            await self.calibrator.observe(record.request.route, record.llm_input, usage, *_named(record.request))
         except ProxyError as exc:
             record.provider_error = exc.body()["error"]
             raise
@@ -439,6 +442,11 @@ class TurnRunner:
         if self.traces is not None:
             request = record.request
             self.traces.write(request.identity.context_id, request.turn, trace_json(record), recovery=record.recovery)
+
+
+def _named(request: TurnRequest) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+    """The client's messages and their chain hashes: how the calibration counts what was sent of them."""
+    return request.body["messages"], request.reconciliation.chain_hashes
 
 
 def _asks_usage(llm_input: Mapping[str, Any]) -> bool:

@@ -167,22 +167,25 @@ class PostgresSessionStore:
         *,
         branch_counter: str | None = None,
         calibration: str | None = None,
+        chain_hashes: Sequence[str] | None = None,
     ) -> TurnStart:
         """Reconcile, count the call and read its branch view in one transaction on one connection."""
-        hashes = rc.request_hashes(context_id, messages, self._hash_memo)
+        hashes = rc.given_or_computed(context_id, messages, chain_hashes, self._hash_memo)
 
         async def work(conn: Any) -> TurnStart:
-            reconciliation = await _reconcile(conn, context_id, scope, messages, hashes)
-            turn = await _next_turn(conn, context_id)
+            # The reads first: reconciling locks the session's row until the commit, and concurrent turns
+            # of the session's other branches wait for that lock, so it is held for the writes only.
             chain = rc.view_chain(hashes)
             wanted = [*channels, branch_counter] if branch_counter is not None else list(channels)
             found = await _states_found(conn, context_id, chain, wanted)
+            view = rc.branch_view(chain, found, channels, await _checkpoints(conn, context_id))
+            stored = await _calibration(conn, calibration) if calibration is not None else None
+            reconciliation = await _reconcile(conn, context_id, scope, messages, hashes)
+            turn = await _next_turn(conn, context_id)
             branch = None
             if branch_counter is not None:
                 branch = rc.branch_count(hashes, found.get(branch_counter) or {})
                 await _put_state(conn, context_id, hashes[-1], branch_counter, branch.number)
-            view = rc.branch_view(chain, found, channels, await _checkpoints(conn, context_id))
-            stored = await _calibration(conn, calibration) if calibration is not None else None
             return TurnStart(reconciliation, turn, view, branch, stored)
 
         return await self._write(work)

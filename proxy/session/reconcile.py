@@ -67,6 +67,18 @@ def request_hashes(context_id: str, messages: Sequence[Mapping[str, Any]], memo:
     return memo.hashes(context_id, messages) if memo is not None else chain_hashes(messages)
 
 
+def given_or_computed(
+    context_id: str, messages: Sequence[Mapping[str, Any]], given: Sequence[str] | None, memo: ChainMemo
+) -> list[str]:
+    """The request's chain hashes: ``given`` by a caller that computed them with ``request_hashes`` already
+    (hashing a long history again is its largest cost), else computed here."""
+    if given is None:
+        return request_hashes(context_id, messages, memo)
+    if not context_id or not messages or len(given) != len(messages):
+        raise ValueError("chain_hashes must be the request_hashes of a non-empty request")
+    return list(given)
+
+
 class ChainMemo:
     """Per recent session, the digests and chain hashes of its last request, so a turn hashes only what is new.
 

@@ -208,9 +208,10 @@ class SqliteSessionStore:
         *,
         branch_counter: str | None = None,
         calibration: str | None = None,
+        chain_hashes: Sequence[str] | None = None,
     ) -> TurnStart:
         """Reconcile, count the call and read its branch view in one transaction on the writer thread."""
-        hashes = rc.request_hashes(context_id, messages, self._hash_memo)
+        hashes = rc.given_or_computed(context_id, messages, chain_hashes, self._hash_memo)
 
         def work(conn: sqlite3.Connection) -> TurnStart:
             reconciliation = _reconcile(conn, context_id, scope, messages, hashes)

@@ -141,6 +141,7 @@ class SessionStore(Protocol):
         *,
         branch_counter: str | None = None,
         calibration: str | None = None,
+        chain_hashes: Sequence[str] | None = None,
     ) -> TurnStart:
         """Start a model turn in ONE transaction (one round trip): reconcile the request as ``reconcile``
         does, count the call with ``next_turn``, and read the ``branch_view`` of ``channels`` along the
@@ -149,7 +150,9 @@ class SessionStore(Protocol):
         ``branch_counter`` names a state channel that counts calls along a chain: its value at the
         nearest prefix *before* the request's head (the root ``""`` excluded) plus one is written at the
         head and returned as ``TurnStart.branch``. ``calibration`` is a route key whose stored token
-        calibration is returned too.
+        calibration is returned too. ``chain_hashes``: the request's chain hashes when the caller already
+        computed them with ``proxy.session.reconcile.request_hashes`` (the turn runner does, to name the
+        branch it locks), so a long history is not hashed twice.
         """
 
     async def transcript(self, context_id: str, head_hash: str) -> list[HistoryEntry]:
