@@ -6,10 +6,13 @@
   request, and times ``begin_turn`` against the same work done as separate calls on the same SQLite
   store (the sequence turns made before: reconcile, next turn, branch-turn read and write, calibration,
   three branch-state reads, the request's own proxy steps).
-- ``prefix_reuse_lever``: a resent history's unchanged prefix is counted by its chain hashes (which
-  reconciliation computed anyway) instead of by a digest of each message's content. It times warm
-  requests of a real turn at 1,000 and 5,000 messages with the history named by chain hash, and with
-  the naming switched off (every message then goes through the digest-keyed cache, as before).
+- ``prefix_reuse_lever``: a resent history is hashed once per request, and its unchanged prefix is
+  counted by those chain hashes (in the assembly and in the calibration sample) instead of by a digest
+  of each message's content; the trace's size of the client's request (``clientTokens``, computed on
+  every call, traced or not) is counted the same way instead of by an uncached counter. It times warm
+  requests of a real turn at 1,000 and 5,000 messages with the lever on, and with it switched off (the
+  store hashes the request again, every message goes through the digest-keyed cache and the client's
+  request is counted from scratch, as before).
 
 Both return plain dicts (``{"saved_ms": ..., ...}``) for the bench report. The machine the bench runs on is
 shared and noisy: each comparison alternates the two variants and reports medians of both.
@@ -32,10 +35,11 @@ prepare_offline_environment()
 
 from bench.assembly import TOOLS, make_history  # noqa: E402 - after the offline set-up (tiktoken)
 from proxy.config import ModelRoute, Settings  # noqa: E402
-from proxy.context.estimators import TurnEstimator  # noqa: E402
+from proxy.context.estimators import ConservativeTokenEstimator, TurnEstimator  # noqa: E402
 from proxy.identity import SessionIdentity  # noqa: E402
 from proxy.runtime.services import build_runner  # noqa: E402
 from proxy.runtime.turn import TurnRunner  # noqa: E402
+from proxy.session import reconcile as rc  # noqa: E402
 from proxy.session.sqlite import SqliteSessionStore  # noqa: E402
 
 SECRET = b"b" * 32
@@ -158,13 +162,23 @@ def begin_turn_lever(repeats: int = 200) -> dict[str, Any]:
 
 @contextmanager
 def _names_off() -> Iterator[None]:
-    """Every history message counted through the digest-keyed cache, as before the chain-hash lookup."""
-    real = TurnEstimator.name_history
-    TurnEstimator.name_history = lambda self, entries: None  # type: ignore[method-assign]
+    """As before the lever: every history message counted through the digest-keyed cache (in the assembly
+    and in the calibration sample), the client's request sized for the trace by an uncached counter,
+    and the store hashing the request again instead of taking the runner's chain hashes."""
+    name_messages, given, sizes = TurnEstimator.name_messages, rc.given_or_computed, TurnRunner._sizes
+
+    def computed(context_id: str, messages: Any, hashes: Any, memo: Any) -> list[str]:
+        return rc.request_hashes(context_id, messages, memo)
+
+    TurnEstimator.name_messages = lambda self, messages, hashes: None  # type: ignore[method-assign]
+    rc.given_or_computed = computed
+    TurnRunner._sizes = lambda self, request: ConservativeTokenEstimator()  # type: ignore[method-assign]
     try:
         yield
     finally:
-        TurnEstimator.name_history = real  # type: ignore[method-assign]
+        TurnEstimator.name_messages = name_messages  # type: ignore[method-assign]
+        rc.given_or_computed = given
+        TurnRunner._sizes = sizes  # type: ignore[method-assign]
 
 
 def prefix_reuse_lever(sizes: Sequence[int] = (1000, 5000), repeats: int = 9) -> dict[str, Any]:

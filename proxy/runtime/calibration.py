@@ -58,6 +58,11 @@ class TokenCalibrator:
         self._conservative = CachingEstimator(ConservativeTokenEstimator())
         self._tiktoken: dict[str, CachingEstimator] = {}  # one cache per encoding, shared by every route
 
+    @property
+    def conservative(self) -> CachingEstimator:
+        """The cached tokenizer-free upper estimate (the ``conservative`` setting counts with it)."""
+        return self._conservative
+
     def base(self, route: ModelRoute) -> TokenEstimator | None:
         """The route's uncorrected tiktoken counter (``None`` when the conservative estimator is chosen)."""
         if self._settings.estimator == "conservative":

@@ -22,8 +22,9 @@ from typing import Any, Protocol
 
 from proxy.client_params import client_arguments, with_route
 from proxy.config import Mode, ModelRoute, Settings
-from proxy.context.estimators import ConservativeTokenEstimator
+from proxy.context.estimators import TurnEstimator
 from proxy.context.nonce import session_nonce
+from proxy.context.types import TokenEstimator
 from proxy.errors import AssemblyFailed, ContextOverflow, ProxyError, SessionConflict
 from proxy.identity import SessionIdentity
 from proxy.runtime import call_tag
@@ -385,7 +386,9 @@ class TurnRunner:
             llm_input["stream_options"] = {**(llm_input.get("stream_options") or {}), "include_usage": True}
         if request.mode == "shadow" and candidate is not None:  # record and replay compare shadow candidates
             call_tag.offer_shadow_candidate(lambda: build_llm_input(request.body, request.route, candidate))
-        record = CallRecord(request, candidate, llm_input, _client_tokens(request.body), recovery, reason)
+        record = CallRecord(
+            request, candidate, llm_input, _client_tokens(request.body, self._sizes(request)), recovery, reason
+        )
         proxy_tools = sent.proxy_tools if sent is not None else frozenset()
         visible = sent.visible_history if sent is not None else ()
         started = time.perf_counter()
@@ -407,7 +410,7 @@ class TurnRunner:
         except ProxyError as exc:
             record.provider_error = exc.body()["error"]
             if isinstance(exc, ContextOverflow):
-                exc.sent_tokens = _estimated_size(llm_input, exc.counts_output)
+                exc.sent_tokens = _estimated_size(llm_input, exc.counts_output, self._sizes(request))
             raise
         finally:
             record.provider_ms = round((time.perf_counter() - started) * 1000, 3)
@@ -437,6 +440,14 @@ class TurnRunner:
                     await aclose()
             finally:
                 self._write_trace(record)
+
+    def _sizes(self, request: TurnRequest) -> TokenEstimator:
+        """The conservative counter of what a call sends (the trace's ``clientTokens``, an overflow's size):
+        cached, with the client's messages named by chain hash, so a resent history is looked up, not
+        counted again on every call."""
+        counter = TurnEstimator(self.calibrator.conservative)
+        counter.name_messages(*_named(request))
+        return counter
 
     def _write_trace(self, record: CallRecord) -> None:
         if self.traces is not None:
@@ -502,10 +513,9 @@ def build_llm_input(body: dict[str, Any], route: ModelRoute, candidate: Candidat
     return with_route(llm_input, route.litellm_params)
 
 
-def _estimated_size(llm_input: dict[str, Any], counts_output: bool) -> int:
+def _estimated_size(llm_input: dict[str, Any], counts_output: bool, estimator: TokenEstimator) -> int:
     """What the provider was sent, in (conservatively estimated) tokens; with the requested output
     when the provider said it counted that against the window."""
-    estimator = ConservativeTokenEstimator()
     size = sum(estimator.count_message(m) for m in llm_input.get("messages") or [] if isinstance(m, dict))
     size += estimator.count_tools(llm_input.get("tools") or [])
     if counts_output:
@@ -514,7 +524,7 @@ def _estimated_size(llm_input: dict[str, Any], counts_output: bool) -> int:
     return size
 
 
-def _client_tokens(body: Mapping[str, Any]) -> int:
+def _client_tokens(body: Mapping[str, Any], estimator: TokenEstimator) -> int:
     """What the client's own request costs (estimated like ``estimatedTokens``): what a passthrough would
     send, so a report can set it against the candidate in every mode."""
-    return _estimated_size({"messages": body.get("messages"), "tools": body.get("tools")}, counts_output=False)
+    return _estimated_size({"messages": body.get("messages"), "tools": body.get("tools")}, False, estimator)

@@ -307,10 +307,26 @@ async def test_a_resent_history_is_counted_by_chain_hash_in_the_assembly_and_the
         return real(message)
 
     monkeypatch.setattr(estimators, "message_digest", recording)
+    counted: list[Any] = []
+    for kind in (estimators.ConservativeTokenEstimator, estimators.TiktokenEstimator):
+        monkeypatch.setattr(kind, "count_message", counting(kind.count_message, counted))
     resent = [dict(m) for m in first] + [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "Next."}]
     await runner.run({**body(), "messages": resent}, IDENTITY, ROUTE)
     # Only the two new messages are digested (in the assembly; the calibration then finds every message
     # the assembly counted); the 30 resent ones are looked up by the chain hashes reconciliation gave them.
     assert [m for m in digested if m in first] == []
     assert resent[-2] in digested and resent[-1] in digested
+    # Nor is any of them counted again: not by the route's counter, not for the trace's clientTokens.
+    assert [m for m in counted if m in first] == []
+    assert resent[-1] in counted
     assert len(backend.history) == 2
+
+
+def counting(method: Any, counted: list[Any]) -> Any:
+    """``method`` recording each message it counts."""
+
+    def count_message(self: Any, message: Any) -> int:
+        counted.append(dict(message))
+        return int(method(self, message))
+
+    return count_message
