@@ -307,9 +307,9 @@ def test_cache_keys_ignore_cosmetic_differences_and_stay_bounded() -> None:
 
 def test_cache_memory_stays_within_its_byte_bound_under_many_large_distinct_entries() -> None:
     # 2,000 distinct 100 KB tool results, texts and tool lists: keyed by their text, the cache would keep
-    # about 600 MB alive; keyed by digests it keeps at most max_entries * ENTRY_BYTES.
+    # about 600 MB alive; keyed by digests it keeps at most its max_bytes.
     cache = CachingEstimator(FixedEstimator(), max_bytes=500 * CachingEstimator.ENTRY_BYTES)
-    bound = cache.max_entries * CachingEstimator.ENTRY_BYTES
+    bound = cache.max_bytes
     body = "x" * 100_000
     tracemalloc.start()
     try:
