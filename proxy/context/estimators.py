@@ -14,9 +14,9 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from proxy.canonical import canonical_message, content_text, message_digest, stable_json
+from proxy.canonical import HistoryEntry, canonical_message, content_text, message_digest, stable_json
 from proxy.context.cjk_costs import cost_table
-from proxy.context.types import TokenEstimator
+from proxy.context.types import PrefixTokenEstimator, TokenEstimator
 
 # Every chat message costs a few framing tokens (role, separators) on top of its content; OpenAI's
 # documented figure is 3-4, plus 3 priming the reply. 4 keeps us on the safe side per message.
@@ -154,6 +154,8 @@ class ScaledEstimator:
     def __init__(self, inner: TokenEstimator, factor: float) -> None:
         self.inner = inner
         self.factor = factor
+        # Checked once: a runtime protocol check costs microseconds, a count by chain hash well under one.
+        self._named = inner if isinstance(inner, PrefixTokenEstimator) else None
 
     def count_text(self, text: str) -> int:
         """The base count of ``text``, scaled."""
@@ -162,6 +164,13 @@ class ScaledEstimator:
     def count_message(self, message: Mapping[str, Any]) -> int:
         """The base count of one message, scaled."""
         return math.ceil(self.inner.count_message(message) * self.factor)
+
+    def count_message_at(self, chain_hash: str, message: Mapping[str, Any]) -> int:
+        """The base count of a history message (looked up by its chain hash when the base can), scaled: the
+        base count is what is cached, so a new calibration factor never meets a stale scaled count."""
+        named = self._named
+        base = named.count_message_at(chain_hash, message) if named is not None else self.inner.count_message(message)
+        return math.ceil(base * self.factor)
 
     def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
         """The base count of the tool schemas, scaled."""
@@ -197,11 +206,15 @@ class CachingEstimator:
 
     Every entry is keyed by a 17-byte digest, never by the text: messages by
     :func:`~proxy.canonical.message_digest` (equal digests mean equal canonical messages, so a hit is
-    never wrong; cosmetic variants at worst miss), texts (sections, the system prompt) and tool lists by
-    a BLAKE2b digest of their text. Keys and values are small and of fixed size, which is why an entry
-    count bounds the cache's bytes: at most ``max_entries * ENTRY_BYTES``, however large the messages
-    (a process serving hundreds of sessions with 200 KB tool outputs must not keep those outputs alive
-    through its cache keys). One instance should live as long as the estimates stay valid.
+    never wrong; cosmetic variants at worst miss), history messages also by their chain hash
+    (``count_message_at``: the name reconciliation gave them, so the unchanged prefix of a resent
+    history costs a lookup per message, not a digest of its content), texts (sections, the system
+    prompt) and tool lists by a BLAKE2b digest of their text. Keys and values are small and of fixed
+    size, which is why the byte bound ``max_bytes`` is kept as an entry count (``max_bytes //
+    ENTRY_BYTES``), however large the messages (a process serving hundreds of sessions with 200 KB
+    tool outputs must not keep those outputs alive through its cache keys). Only base counts are
+    cached: a calibrated route scales them afterwards (``ScaledEstimator``). One instance should live
+    as long as the estimates stay valid.
 
     Thread-safe: the compactor counts a large history on a worker thread while the event loop counts
     other sessions' requests with the same instance. Reads are single dict lookups; storing (with its
@@ -213,9 +226,12 @@ class CachingEstimator:
     # ints above 256 are separate objects. Rounded up, so the bound stated above holds.
     ENTRY_BYTES = 200
 
-    def __init__(self, inner: TokenEstimator, *, max_entries: int = 100_000) -> None:
+    DEFAULT_MAX_BYTES = 20 * 1024 * 1024  # 100,000 entries: a 1,000-message history in 100 sessions
+
+    def __init__(self, inner: TokenEstimator, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.inner = inner
-        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.max_entries = max(1, max_bytes // self.ENTRY_BYTES)
         self.hits = 0
         self.misses = 0
         self._cache: dict[bytes, int] = {}
@@ -229,6 +245,20 @@ class CachingEstimator:
         """Cached per canonical message content."""
         return self._cached(message_digest(message), lambda: self.inner.count_message(message))
 
+    def count_message_at(self, chain_hash: str, message: Mapping[str, Any]) -> int:
+        """Cached by the message's chain hash too: equal chain hashes mean equal canonical messages (after
+        equal histories), so a hit is never wrong. A miss (a message new to this chain) is counted through
+        the content cache, so a forked history's copies of known messages are still not counted again."""
+        key = _chain_key(chain_hash)
+        cached = self._cache.get(key) if key is not None else None
+        if cached is not None:
+            self.hits += 1
+            return cached
+        count = self.count_message(message)
+        if key is not None:
+            self._store(key, count)
+        return count
+
     def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
         """Cached by a digest of the tools' stable JSON."""
         return self._cached(_TOOLS + _digest(stable_json(list(tools))), lambda: self.inner.count_tools(tools))
@@ -240,16 +270,30 @@ class CachingEstimator:
             return cached
         self.misses += 1
         value = compute()
+        self._store(key, value)
+        return value
+
+    def _store(self, key: bytes, value: int) -> None:
         with self._lock:
             if key not in self._cache and len(self._cache) >= self.max_entries:
                 # Insertion-ordered dict: evicting the oldest entry keeps the cache bounded without an LRU.
                 self._cache.pop(next(iter(self._cache)))
             self._cache[key] = value
-        return value
 
 
 # Key prefixes: message digests start with b"f" or b"c" (see message_digest), so the spaces never meet.
-_TEXT, _TOOLS = b"t", b"T"
+_TEXT, _TOOLS, _CHAIN = b"t", b"T", b"h"
+
+
+def _chain_key(chain_hash: str) -> bytes | None:
+    """The cache key of a SHA-256 hex chain hash (``proxy/canonical.py``): its first 128 bits, like every
+    other key here. ``None`` for anything else, which is then counted by content only."""
+    if len(chain_hash) != 64:
+        return None
+    try:
+        return _CHAIN + bytes.fromhex(chain_hash[:32])
+    except ValueError:
+        return None
 
 
 def _digest(text: str) -> bytes:
@@ -260,11 +304,29 @@ class TurnEstimator:
     """Memoizes counts for one assembly: the compactor, the window and the validator count the same
     messages (often as shallow copies), and even a cache hit costs building its key. A message is known
     by the identity of its values, which shallow copies share; the memo holds those values, so an
-    ``id`` is never reused while it lives. Make one per turn, never share it."""
+    ``id`` is never reused while it lives. Make one per turn, never share it.
+
+    ``name_history`` tells it the chain hash of each history message: with an inner estimator that can
+    count by chain hash (``PrefixTokenEstimator``), the unchanged prefix of a resent history is then
+    looked up by that name rather than by a digest of its content."""
 
     def __init__(self, inner: TokenEstimator) -> None:
         self.inner = inner
+        self._prefix = inner if isinstance(inner, PrefixTokenEstimator) else None
         self._counts: dict[tuple[int, ...], tuple[tuple[Any, ...], int]] = {}
+        self._names: dict[tuple[int, ...], tuple[tuple[Any, ...], str]] = {}
+
+    def name_history(self, entries: Sequence[HistoryEntry]) -> None:
+        """Count these messages (and their shallow copies) by their chain hashes from now on."""
+        self.name_messages([entry.message for entry in entries], [entry.chain_hash for entry in entries])
+
+    def name_messages(self, messages: Sequence[Mapping[str, Any]], chain_hashes: Sequence[str]) -> None:
+        """Count ``messages[i]`` (and its shallow copies) by ``chain_hashes[i]`` from now on."""
+        if self._prefix is None:
+            return
+        for message, chain_hash in zip(messages, chain_hashes, strict=True):
+            key, held = _identity(message)
+            self._names[key] = (held, chain_hash)
 
     def count_text(self, text: str) -> int:
         """Passed through: texts are few per turn."""
@@ -272,15 +334,24 @@ class TurnEstimator:
 
     def count_message(self, message: Mapping[str, Any]) -> int:
         """The inner count, once per distinct message content."""
-        values = tuple(message.values())
-        key = (len(message), *map(id, message.keys()), *map(id, values))
+        key, held = _identity(message)
         found = self._counts.get(key)
         if found is not None:
             return found[1]
-        tokens = self.inner.count_message(message)
-        self._counts[key] = ((tuple(message.keys()), values), tokens)
+        named = self._names.get(key)
+        if named is not None and self._prefix is not None:
+            tokens = self._prefix.count_message_at(named[1], message)
+        else:
+            tokens = self.inner.count_message(message)
+        self._counts[key] = (held, tokens)
         return tokens
 
     def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
         """Passed through."""
         return self.inner.count_tools(tools)
+
+
+def _identity(message: Mapping[str, Any]) -> tuple[tuple[int, ...], tuple[Any, ...]]:
+    """A message's identity key (its keys' and values' ids) and what must be held for the ids to stay valid."""
+    values = tuple(message.values())
+    return (len(message), *map(id, message.keys()), *map(id, values)), (tuple(message.keys()), values)

@@ -147,6 +147,8 @@ class ContextPipeline:
         """Assemble one call's input; raises ``AssemblyFailed`` when the minimum does not fit."""
         started = time.perf_counter()
         estimator = TurnEstimator(inp.estimator or self._estimator)
+        # The history is named by chain hashes: its unchanged prefix is counted by name, not hashed again.
+        estimator.name_history(inp.history)
         registry = self._registries(inp.scope)
         # A protected contributor that declares it (identity) renders the client's system/developer messages
         # into the stable prompt, verbatim; without one they stay in the history rather than being lost.

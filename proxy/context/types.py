@@ -276,6 +276,17 @@ class TokenEstimator(Protocol):
     def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int: ...
 
 
+@runtime_checkable
+class PrefixTokenEstimator(TokenEstimator, Protocol):
+    """A ``TokenEstimator`` that can also count a history message named by its chain hash, so a resent
+    history's unchanged prefix is looked up by the names reconciliation already gave it instead of
+    being hashed again (``CachingEstimator``)."""
+
+    def count_message_at(self, chain_hash: str, message: Mapping[str, Any]) -> int:
+        """``count_message(message)`` for the history message whose chain hash is ``chain_hash``."""
+        ...
+
+
 def tool_name(tool: Mapping[str, Any]) -> str:
     """An OpenAI tool object's function name (``""`` when it has none)."""
     function = tool.get("function")

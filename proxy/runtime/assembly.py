@@ -8,7 +8,7 @@ app another.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -18,7 +18,7 @@ from proxy.identity import SessionIdentity
 from proxy.runtime.branch import BranchTurn
 from proxy.runtime.calibration import TokenAccounting
 from proxy.runtime.limits import ModelLimits
-from proxy.session.store import Reconciliation
+from proxy.session.store import BranchView, Reconciliation
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,10 @@ class TurnRequest:
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     ingress: Mapping[str, Any] | None = None  # a non-chat ingress's notes on its translation (for the trace)
     tokens: TokenAccounting | None = None  # how this call counts tokens (the route's calibrated estimator)
+    round: int = 0  # the proxy-owned rounds this request has taken before this call
+    # The assembler's branch state and checkpoints, read with the turn's ``begin_turn``: valid for the first
+    # attempt of the first round only (later calls follow the request's own writes), else ``None``.
+    view: BranchView | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,10 @@ class Candidate:
 
 class Assembler(Protocol):
     """Builds the model input for a turn."""
+
+    @property
+    def channels(self) -> Sequence[str]:
+        """The branch-state channels ``assemble`` reads: the turn reads them with its ``begin_turn``."""
 
     async def assemble(self, request: TurnRequest) -> Candidate:
         """The candidate input for this turn."""

@@ -25,14 +25,16 @@ precedes their common head (ten identical first requests are each call 1), never
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.session.reconcile import ChainMemo, request_hashes
 from proxy.session.store import SessionStore
 
-BRANCH_TURNS = "trace.branch_turns"  # model calls made along a chain, as of the head they were made at
+# Model calls made along a chain, as of the head they were made at. A request's first call is counted by
+# the store's ``begin_turn`` (``branch_counter``: one more than the nearest count before its head, so an
+# identical earlier request is a sibling, not a parent), its proxy rounds by ``next_branch_turn``.
+BRANCH_TURNS = "trace.branch_turns"
 
 
 @dataclass(frozen=True)
@@ -47,19 +49,9 @@ class BranchTurn:
         return {"turn": self.number, "parentHeadHash": self.parent_head}
 
 
-def branch_of(memo: ChainMemo, context_id: str, messages: Sequence[Mapping[str, Any]]) -> str:
-    """The branch a request's turn locks: the chain hash of its last message."""
-    return request_hashes(context_id, messages, memo)[-1]
-
-
-async def first_branch_turn(store: SessionStore, context_id: str, chain_hashes: Sequence[str]) -> BranchTurn:
-    """A request's first model call on its branch, recorded at its head (call under the branch's turn lock)."""
-    # Only calls made before the head count: an identical earlier request is a sibling, not a parent.
-    previous = await store.state_along(context_id, chain_hashes[:-1], BRANCH_TURNS)
-    done = previous.value if previous is not None and isinstance(previous.value, int) else 0
-    turn = BranchTurn(done + 1, previous.chain_hash if previous is not None else None)
-    await store.put_state(context_id, chain_hashes[-1], BRANCH_TURNS, turn.number)
-    return turn
+def branch_of(chain_hashes: Sequence[str]) -> str:
+    """The branch a request's turn locks, given its chain hashes (``request_hashes``): its last message's."""
+    return chain_hashes[-1]
 
 
 async def next_branch_turn(store: SessionStore, context_id: str, head: str, previous: BranchTurn) -> BranchTurn:

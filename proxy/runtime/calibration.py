@@ -14,7 +14,7 @@ provider model string (``model:<litellm model>``), at most ``UNROUTED_CALIBRATIO
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ from proxy.context.estimators import (
     ConservativeTokenEstimator,
     ScaledEstimator,
     TiktokenEstimator,
+    TurnEstimator,
     tiktoken_encoding_for,
 )
 from proxy.context.types import TokenEstimator
@@ -57,6 +58,11 @@ class TokenCalibrator:
         self._conservative = CachingEstimator(ConservativeTokenEstimator())
         self._tiktoken: dict[str, CachingEstimator] = {}  # one cache per encoding, shared by every route
 
+    @property
+    def conservative(self) -> CachingEstimator:
+        """The cached tokenizer-free upper estimate (the ``conservative`` setting counts with it)."""
+        return self._conservative
+
     def base(self, route: ModelRoute) -> TokenEstimator | None:
         """The route's uncorrected tiktoken counter (``None`` when the conservative estimator is chosen)."""
         if self._settings.estimator == "conservative":
@@ -68,26 +74,48 @@ class TokenCalibrator:
             cached = self._tiktoken[encoding] = CachingEstimator(TiktokenEstimator(encoding))
         return cached
 
+    def stored_key(self, route: ModelRoute) -> str | None:
+        """The store key of the route's calibration, when its accounting reads one (calibrated only)."""
+        if self._settings.estimator != "calibrated":
+            return None
+        return self._key(route)[0]
+
     async def accounting(self, route: ModelRoute) -> TokenAccounting:
-        """The estimator this route's next turn counts with."""
+        """The estimator this route's next call counts with (reads the calibration from the store)."""
+        key = self.stored_key(route)
+        stored = None
+        if key is not None:
+            try:
+                stored = await self._store.calibration(key)
+            except StoreError as exc:
+                # Counting must not fail a request: without the samples, the start margin is the safe side.
+                logger.warning("token calibration of %s unreadable (%s); using the start margin", key, exc)
+        return self.accounting_with(route, stored)
+
+    def accounting_with(self, route: ModelRoute, stored: Any | None) -> TokenAccounting:
+        """The estimator this route's next call counts with, given its ``stored`` calibration (read by the
+        caller, e.g. with the turn's ``begin_turn``)."""
         base = self.base(route)
         if base is None:
             return TokenAccounting(self._conservative, "conservative")
         encoding = tiktoken_encoding_for(route.litellm_model)
         if self._settings.estimator == "tiktoken":
             return TokenAccounting(base, "tiktoken", encoding)
-        key, _ = self._key(route)
-        try:
-            stored = await self._store.calibration(key)
-        except StoreError as exc:
-            # Counting must not fail a turn: without the samples, the start margin is the safe side.
-            logger.warning("token calibration of %s unreadable (%s); using the start margin", key, exc)
-            stored = None
         correction = Calibration.from_record(stored).correction(self._settings.estimator_start_percent / 100)
         return TokenAccounting(ScaledEstimator(base, correction.factor), "calibrated", encoding, correction)
 
-    async def observe(self, route: ModelRoute, llm_input: Mapping[str, Any], usage: Any) -> None:
-        """Learn from one answer's ``usage`` for the request ``llm_input`` that was sent (calibrated only)."""
+    async def observe(
+        self,
+        route: ModelRoute,
+        llm_input: Mapping[str, Any],
+        usage: Any,
+        known: Sequence[Mapping[str, Any]] = (),
+        known_hashes: Sequence[str] = (),
+    ) -> None:
+        """Learn from one answer's ``usage`` for the request ``llm_input`` that was sent (calibrated only).
+
+        ``known`` are the client's messages with their chain hashes: what was sent of them (as is, or as
+        shallow copies) is counted by chain hash, so a long history is not digested again after its call."""
         if self._settings.estimator != "calibrated":
             return
         provider_tokens = usage.get("prompt_tokens") if isinstance(usage, Mapping) else None
@@ -96,7 +124,9 @@ class TokenCalibrator:
         base = self.base(route)
         if base is None:
             return
-        local = local_count(base, llm_input)
+        counter = TurnEstimator(base)
+        counter.name_messages(known, known_hashes)
+        local = local_count(counter, llm_input)
         key, group = self._key(route)
 
         def update(current: Any) -> Any:

@@ -17,7 +17,7 @@ each see their own decisions, and a client that rewinds sees the state as of the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from proxy.canonical import HistoryEntry, chain_hash
@@ -32,16 +32,18 @@ from proxy.runtime.assembly import Candidate, CandidateRecord, SummaryBackoff, T
 from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.proxy_tools import ProxyToolbox, StoreToolSession
 from proxy.runtime.summarizer import ModelSummarizer
-from proxy.session.store import SessionStore, tool_output_ref
+from proxy.session.store import BranchView, SessionStore, tool_output_ref
 
 PREVIEWED_REFS = "compaction.previewed_refs"
 INTERNAL_ANCHORS = "internal_steps.anchors"  # {chain hash a step followed: its steps' key}
-LEGACY_SESSION_WIDE = ""  # where releases before branch state kept it: read as the root of every chain
 SUMMARY_RETRY_AFTER = "compaction.summary_retry_after"
 # After a summarization fails (the model errs or writes an unusable checkpoint), the deterministic
 # trimming stands and summarizing is not tried again until the history has grown this much: otherwise
 # every later turn would pay for the same failing model call.
 SUMMARY_RETRY_MESSAGES = 20
+# What ``assemble`` reads of the branch state. Values earlier releases kept session-wide (chain hash "")
+# are read as the root of every chain (the store's ``branch_view``).
+_CHANNELS = (PREVIEWED_REFS, SUMMARY_RETRY_AFTER, INTERNAL_ANCHORS)
 # Header names that carry credentials (the proxy's master key, a provider key a client forwards,
 # cookies): contributors are plugins, possibly third-party, and never see them. Matched as parts of
 # the lower-cased name, so vendor variants (x-goog-api-key, x-amz-security-token) are covered too.
@@ -81,20 +83,26 @@ class SessionAssembler:
         self._state_config = state_config
         self._framing_secret = framing_secret
 
+    @property
+    def channels(self) -> Sequence[str]:
+        """The branch state ``assemble`` reads (``TurnRequest.view``)."""
+        return _CHANNELS
+
     async def assemble(self, request: TurnRequest) -> Candidate:
         """The assembled candidate for this turn; also persists checkpoints and previewed references."""
         context_id = request.identity.context_id
-        history = await self.history(request)
+        view = await self._view(request)
+        history = await self.history(request, view)
         context = self._tool_context(request, history)
         proxy_tools = self._toolbox.offered(context)
         withheld = self._toolbox.withheld(context)
         tools = [dict(tool) for tool in context.client_tools if tool_name(tool) not in withheld]
         tools += [dict(tool.schema) for tool in proxy_tools if not tool.needs_references]
         reference_tools = [dict(tool.schema) for tool in proxy_tools if tool.needs_references]
-        checkpoints, unreadable = _readable_checkpoints(await self._store.checkpoints(context_id))
-        previewed = await self._branch_state(request, PREVIEWED_REFS) or []
+        checkpoints, unreadable = _readable_checkpoints(view.checkpoints)
+        previewed = view.value(PREVIEWED_REFS) or []
         limits = request.limits
-        retry_after = await self._branch_state(request, SUMMARY_RETRY_AFTER)
+        retry_after = view.value(SUMMARY_RETRY_AFTER)
         may_summarize = request.forced or retry_after is None or len(history) >= retry_after
         summarizer = ModelSummarizer(self._backend, self._summary_route(request.route))
         output = await self._pipeline.assemble(
@@ -169,7 +177,7 @@ class SessionAssembler:
         asked for, and it is asked again right away with those results in place. Tools judge what is
         "still in context" (a skill body) against ``visible``, the history the model actually saw.
         """
-        history = await self.history(request)
+        history = await self.history(request, await self._view(request))
         context = self._tool_context(request, history, visible)
         step: list[dict[str, Any]] = [{"role": "assistant", "content": message.get("content"), "tool_calls": calls}]
         for call in calls:
@@ -177,24 +185,25 @@ class SessionAssembler:
             step.append({"role": "tool", "tool_call_id": call["id"], "content": result})
         await self.record_internal_step(request, step)
 
-    async def history(self, request: TurnRequest) -> list[HistoryEntry]:
+    async def history(self, request: TurnRequest, view: BranchView) -> list[HistoryEntry]:
         """The canonical history of this request, with proxy-owned steps put back in place.
 
         The request carries the branch it continues (reconciliation just stored it and named every
-        prefix), so the transcript is not read back; only the proxy's own steps come from the store.
+        prefix), so the transcript is not read back; only the proxy's own steps come from the store,
+        and only where ``view`` (the branch state) anchors some or this request has taken rounds.
         """
         context_id = request.identity.context_id
         hashes = request.reconciliation.chain_hashes
         messages = request.body["messages"]
-        anchors = await self._anchors(request)
+        anchors = _anchors(view)
         own = _own_steps_key(request)
         items: list[HistoryEntry] = []
         for message, prefix in zip(messages, hashes, strict=True):
             ref = tool_output_ref(prefix) if message.get("role") == "tool" else None
             items.append(HistoryEntry(message, prefix, ref))
             keys = [anchors[prefix]] if prefix in anchors else []
-            if prefix == hashes[-1]:
-                keys.append(own)  # this request's own rounds so far
+            if prefix == hashes[-1] and request.round:
+                keys.append(own)  # this request's own rounds so far (none before its first: its key is new)
             previous = prefix
             for key in keys:
                 for step in await self._store.internal_steps(context_id, key):
@@ -209,22 +218,26 @@ class SessionAssembler:
     async def link_proxy_steps(self, request: TurnRequest, answer: dict[str, Any] | None) -> None:
         """Make this request's proxy steps part of the branch that continues with ``answer`` (the message the
         client got); ``None`` for an answer relayed live, whose steps are linked at the request's head."""
-        anchors = await self._anchors(request)
+        anchors = _anchors(await self._view(request))
         anchors[_head(request)] = _own_steps_key(request)
         at = _head(request) if answer is None else chain_hash(_head(request), answer)
         await self._store.put_state(request.identity.context_id, at, INTERNAL_ANCHORS, anchors)
 
-    async def _anchors(self, request: TurnRequest) -> dict[str, str]:
-        stored = await self._branch_state(request, INTERNAL_ANCHORS)
-        if isinstance(stored, list):  # an earlier release: steps keyed by the chain hash they followed
-            return {anchor: anchor for anchor in stored if isinstance(anchor, str)}
-        return dict(stored) if isinstance(stored, dict) else {}
+    async def _view(self, request: TurnRequest) -> BranchView:
+        """The branch state as of this request's chain: read with the turn, else (a later round or attempt,
+        which must see what the earlier ones wrote) read now."""
+        if request.view is not None:
+            return request.view
+        return await self._store.branch_view(
+            request.identity.context_id, request.reconciliation.chain_hashes, _CHANNELS
+        )
 
-    async def _branch_state(self, request: TurnRequest, channel: str) -> Any | None:
-        """The channel's value as of this request's branch: at its nearest prefix that has one."""
-        chain = (LEGACY_SESSION_WIDE, *request.reconciliation.chain_hashes)
-        found = await self._store.state_along(request.identity.context_id, chain, channel)
-        return None if found is None else found.value
+
+def _anchors(view: BranchView) -> dict[str, str]:
+    stored = view.value(INTERNAL_ANCHORS)
+    if isinstance(stored, list):  # an earlier release: steps keyed by the chain hash they followed
+        return {anchor: anchor for anchor in stored if isinstance(anchor, str)}
+    return dict(stored) if isinstance(stored, dict) else {}
 
 
 def _head(request: TurnRequest) -> str:

@@ -83,8 +83,7 @@ class StoreToolSession:
 
     async def get(self, key: str) -> Any | None:
         """The value kept under ``key``, or ``None``."""
-        found = await self._store.state_along(self._context_id, (_SESSION_WIDE,), _TOOL_STATE_PREFIX + key)
-        return None if found is None else found.value
+        return await self._store.state(self._context_id, _SESSION_WIDE, _TOOL_STATE_PREFIX + key)
 
     async def put(self, key: str, value: Any) -> None:
         """Keep ``value`` under ``key`` for the session."""

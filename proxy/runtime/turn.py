@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from types import TracebackType
@@ -22,21 +22,22 @@ from typing import Any, Protocol
 
 from proxy.client_params import client_arguments, with_route
 from proxy.config import Mode, ModelRoute, Settings
-from proxy.context.estimators import ConservativeTokenEstimator
+from proxy.context.estimators import TurnEstimator
 from proxy.context.nonce import session_nonce
+from proxy.context.types import TokenEstimator
 from proxy.errors import AssemblyFailed, ContextOverflow, ProxyError, SessionConflict
 from proxy.identity import SessionIdentity
 from proxy.runtime import call_tag
 from proxy.runtime.assembly import Assembler, Candidate, TurnRequest
-from proxy.runtime.branch import BranchTurn, branch_of, first_branch_turn, next_branch_turn
+from proxy.runtime.branch import BRANCH_TURNS, BranchTurn, branch_of, next_branch_turn
 from proxy.runtime.calibration import TokenCalibrator, usage_of
 from proxy.runtime.limits import ModelLimits, ModelMapLookup, RouteLimits
 from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.stream_buffer import accumulate, synthesize
 from proxy.runtime.trace import TraceWriter
 from proxy.runtime.trace_record import CallRecord, trace_json
-from proxy.session.reconcile import ChainMemo
-from proxy.session.store import Reconciliation, SessionBusy, SessionStore
+from proxy.session.reconcile import ChainMemo, request_hashes
+from proxy.session.store import SessionBusy, SessionStore
 
 Release = Callable[[], Awaitable[None]]
 
@@ -241,10 +242,11 @@ class TurnRunner:
 
         ``ingress`` is what a non-chat ingress records about its translation (for the trace).
         """
-        branch = branch_of(self._branch_hashes, identity.context_id, body["messages"])
-        async with TurnLock(self.store.turn_lock(identity.context_id, branch)) as lock:
+        # Named once: the hashes key the branch's turn lock and go on to the store with the request.
+        hashes = request_hashes(identity.context_id, body["messages"], self._branch_hashes)
+        async with TurnLock(self.store.turn_lock(identity.context_id, branch_of(hashes))) as lock:
             request = await self._first_request(
-                body, identity, route, headers or {}, mode or self.settings.mode, ingress
+                body, identity, route, headers or {}, mode or self.settings.mode, ingress, hashes
             )
             answer = await self._answer(request)
             answer.outlive(lock)  # what the answer still needs once the turn returns (a live stream: the lock)
@@ -258,13 +260,21 @@ class TurnRunner:
         headers: Mapping[str, str],
         mode: Mode,
         ingress: Mapping[str, Any] | None,
+        hashes: Sequence[str],
     ) -> TurnRequest:
         """Store what is new in the request and number its first model call."""
         limits = self.limits_for(route)  # first: a window the output reserve fills is refused before any write
-        reconciliation = await self.store.reconcile(identity.context_id, identity.scope, body["messages"])
-        turn = await self.store.next_turn(identity.context_id)
-        branch = await self._first_branch_turn(reconciliation)
-        tokens = await self.calibrator.accounting(route)
+        # One store round trip: reconcile, number the call (on its branch too, when traced), and read what
+        # the assembler and the token accounting need. The branch's turn lock is already held.
+        start = await self.store.begin_turn(
+            identity.context_id,
+            identity.scope,
+            body["messages"],
+            () if mode == "legacy" else self.assembler.channels,
+            branch_counter=BRANCH_TURNS if self.traces is not None else None,
+            calibration=self.calibrator.stored_key(route),
+            chain_hashes=hashes,
+        )
         return TurnRequest(
             identity,
             mode,
@@ -272,11 +282,12 @@ class TurnRunner:
             limits,
             body,
             headers,
-            reconciliation,
-            turn,
-            branch=branch,
+            start.reconciliation,
+            start.turn,
+            branch=None if start.branch is None else BranchTurn(start.branch.number, start.branch.parent),
             ingress=ingress,
-            tokens=tokens,
+            tokens=self.calibrator.accounting_with(route, start.calibration),
+            view=start.view,
         )
 
     async def _answer(self, request: TurnRequest) -> Answer:
@@ -296,6 +307,8 @@ class TurnRunner:
                     request,
                     turn=await self.store.next_turn(request.identity.context_id),
                     branch=await self._next_branch_turn(request),
+                    round=rounds,
+                    view=None,  # the round wrote to the store: the assembler reads it again
                 )
                 continue
             if calls:  # past the round limit: the client must never see a tool it does not know
@@ -313,12 +326,6 @@ class TurnRunner:
             if isinstance(answer, LiveStream):
                 await answer.aclose()  # not handed to anyone: close the provider call and write its trace
             raise
-
-    async def _first_branch_turn(self, reconciliation: Reconciliation) -> BranchTurn | None:
-        """This request's place on its branch, for the trace (not counted when traces are off)."""
-        if self.traces is None:
-            return None
-        return await first_branch_turn(self.store, reconciliation.context_id, reconciliation.chain_hashes)
 
     async def _next_branch_turn(self, request: TurnRequest) -> BranchTurn | None:
         if request.branch is None:
@@ -343,7 +350,8 @@ class TurnRunner:
             # This request's own retry takes the statement as it is (it can only hurt this request);
             # what other requests keep of it is RouteLimits' decision above.
             limits = limits.with_model_max(overflow.limit, source="provider_error")
-        forced = replace(request, limits=limits, forced=True, stated_limit=overflow.limit)
+        # view=None: the first attempt may have written (a checkpoint, previews), so the retry reads again.
+        forced = replace(request, limits=limits, forced=True, stated_limit=overflow.limit, view=None)
         try:
             return await self._attempt(forced, recovery=1, reason=overflow.provider_message)
         except ContextOverflow as second:
@@ -378,7 +386,9 @@ class TurnRunner:
             llm_input["stream_options"] = {**(llm_input.get("stream_options") or {}), "include_usage": True}
         if request.mode == "shadow" and candidate is not None:  # record and replay compare shadow candidates
             call_tag.offer_shadow_candidate(lambda: build_llm_input(request.body, request.route, candidate))
-        record = CallRecord(request, candidate, llm_input, _client_tokens(request.body), recovery, reason)
+        record = CallRecord(
+            request, candidate, llm_input, _client_tokens(request.body, self._sizes(request)), recovery, reason
+        )
         proxy_tools = sent.proxy_tools if sent is not None else frozenset()
         visible = sent.visible_history if sent is not None else ()
         started = time.perf_counter()
@@ -387,11 +397,11 @@ class TurnRunner:
             answer: Answer
             if not request.body.get("stream"):
                 response = await self.backend.complete(llm_input)
-                await self.calibrator.observe(request.route, llm_input, response.get("usage"))
+                await self.calibrator.observe(request.route, llm_input, response.get("usage"), *_named(request))
                 answer = Completion(response)
             elif proxy_tools:
                 buffered = [chunk async for chunk in await self.backend.stream(llm_input)]
-                await self.calibrator.observe(request.route, llm_input, usage_of(buffered))
+                await self.calibrator.observe(request.route, llm_input, usage_of(buffered), *_named(request))
                 answer = BufferedStream([kept for c in buffered if (kept := _client_chunk(c, strip_usage)) is not None])
             else:
                 chunks = await self.backend.stream(llm_input)
@@ -400,7 +410,7 @@ class TurnRunner:
         except ProxyError as exc:
             record.provider_error = exc.body()["error"]
             if isinstance(exc, ContextOverflow):
-                exc.sent_tokens = _estimated_size(llm_input, exc.counts_output)
+                exc.sent_tokens = _estimated_size(llm_input, exc.counts_output, self._sizes(request))
             raise
         finally:
             record.provider_ms = round((time.perf_counter() - started) * 1000, 3)
@@ -419,7 +429,7 @@ class TurnRunner:
                 kept = _client_chunk(chunk, strip_usage)
                 if kept is not None:
                     yield kept
-            await self.calibrator.observe(record.request.route, record.llm_input, usage)
+            await self.calibrator.observe(record.request.route, record.llm_input, usage, *_named(record.request))
         except ProxyError as exc:
             record.provider_error = exc.body()["error"]
             raise
@@ -431,10 +441,23 @@ class TurnRunner:
             finally:
                 self._write_trace(record)
 
+    def _sizes(self, request: TurnRequest) -> TokenEstimator:
+        """The conservative counter of what a call sends (the trace's ``clientTokens``, an overflow's size):
+        cached, with the client's messages named by chain hash, so a resent history is looked up, not
+        counted again on every call."""
+        counter = TurnEstimator(self.calibrator.conservative)
+        counter.name_messages(*_named(request))
+        return counter
+
     def _write_trace(self, record: CallRecord) -> None:
         if self.traces is not None:
             request = record.request
             self.traces.write(request.identity.context_id, request.turn, trace_json(record), recovery=record.recovery)
+
+
+def _named(request: TurnRequest) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+    """The client's messages and their chain hashes: how the calibration counts what was sent of them."""
+    return request.body["messages"], request.reconciliation.chain_hashes
 
 
 def _asks_usage(llm_input: Mapping[str, Any]) -> bool:
@@ -490,10 +513,9 @@ def build_llm_input(body: dict[str, Any], route: ModelRoute, candidate: Candidat
     return with_route(llm_input, route.litellm_params)
 
 
-def _estimated_size(llm_input: dict[str, Any], counts_output: bool) -> int:
+def _estimated_size(llm_input: dict[str, Any], counts_output: bool, estimator: TokenEstimator) -> int:
     """What the provider was sent, in (conservatively estimated) tokens; with the requested output
     when the provider said it counted that against the window."""
-    estimator = ConservativeTokenEstimator()
     size = sum(estimator.count_message(m) for m in llm_input.get("messages") or [] if isinstance(m, dict))
     size += estimator.count_tools(llm_input.get("tools") or [])
     if counts_output:
@@ -502,7 +524,7 @@ def _estimated_size(llm_input: dict[str, Any], counts_output: bool) -> int:
     return size
 
 
-def _client_tokens(body: Mapping[str, Any]) -> int:
+def _client_tokens(body: Mapping[str, Any], estimator: TokenEstimator) -> int:
     """What the client's own request costs (estimated like ``estimatedTokens``): what a passthrough would
     send, so a report can set it against the candidate in every mode."""
-    return _estimated_size({"messages": body.get("messages"), "tools": body.get("tools")}, counts_output=False)
+    return _estimated_size({"messages": body.get("messages"), "tools": body.get("tools")}, False, estimator)

@@ -26,10 +26,11 @@ from proxy.session.postgres_lock import AdvisoryTurnLocks
 from proxy.session.postgres_schema import check_schema_name, migrate
 from proxy.session.store import (
     SECRET_BYTES,
-    BranchState,
+    BranchView,
     Reconciliation,
     SkillRef,
     StoreError,
+    TurnStart,
     UnknownSession,
 )
 
@@ -155,63 +156,37 @@ class PostgresSessionStore:
     async def reconcile(self, context_id: str, scope: str, messages: Sequence[Mapping[str, Any]]) -> Reconciliation:
         """Store the request's new suffix and tool bodies in one transaction; say where it continues."""
         hashes = rc.request_hashes(context_id, messages, self._hash_memo)
+        return await self._write(lambda conn: _reconcile(conn, context_id, scope, messages, hashes))
 
-        async def work(conn: Any) -> Reconciliation:
-            created = (
-                await conn.fetchval(
-                    "INSERT INTO sessions (context_id, scope) VALUES ($1, $2)"
-                    " ON CONFLICT (context_id) DO NOTHING RETURNING true",
-                    context_id,
-                    scope,
-                )
-                is not None
-            )
-            # The row lock makes a concurrent reconcile of the same session wait for this one.
-            previous_head = await conn.fetchval(
-                "SELECT head_hash FROM sessions WHERE context_id = $1 FOR UPDATE", context_id
-            )
-            stored = {
-                row["chain_hash"]
-                for row in await conn.fetch(
-                    "SELECT chain_hash FROM messages WHERE context_id = $1 AND chain_hash = ANY($2::text[])",
-                    context_id,
-                    hashes,
-                )
-            }
-            known = rc.known_count(hashes, stored)
-            forked = rc.fork_without_lookup(previous_head, hashes, known)
-            if forked is None:
-                forked = not await _is_ancestor(conn, context_id, hashes[-1], previous_head, len(hashes) - 1)
-            rows = list(rc.message_rows(messages, hashes, known))
-            if rows:
-                await conn.execute(
-                    "INSERT INTO messages (context_id, chain_hash, parent_hash, position, message, tool_output_ref)"
-                    " SELECT $1, h, p, pos, m::json, r"
-                    " FROM unnest($2::text[], $3::text[], $4::int[], $5::text[], $6::text[]) AS t(h, p, pos, m, r)",
-                    context_id,
-                    [row.chain_hash for row in rows],
-                    [row.parent_hash for row in rows],
-                    [row.position for row in rows],
-                    [row.message_json for row in rows],
-                    [row.tool_ref for row in rows],
-                )
-            tools = [row for row in rows if row.tool_ref is not None]
-            if tools:
-                await conn.execute(
-                    "INSERT INTO tool_outputs (context_id, ref, chain_hash, body)"
-                    " SELECT $1, r, h, b FROM unnest($2::text[], $3::text[], $4::text[]) AS t(r, h, b)"
-                    " ON CONFLICT DO NOTHING",
-                    context_id,
-                    [row.tool_ref for row in tools],
-                    [row.chain_hash for row in tools],
-                    [row.tool_body for row in tools],
-                )
-            await conn.execute(
-                "UPDATE sessions SET head_hash = $2, updated_at = now() WHERE context_id = $1", context_id, hashes[-1]
-            )
-            return Reconciliation(
-                context_id, hashes[-1], known, [row.stored() for row in rows], forked, created, tuple(hashes)
-            )
+    async def begin_turn(
+        self,
+        context_id: str,
+        scope: str,
+        messages: Sequence[Mapping[str, Any]],
+        channels: Sequence[str] = (),
+        *,
+        branch_counter: str | None = None,
+        calibration: str | None = None,
+        chain_hashes: Sequence[str] | None = None,
+    ) -> TurnStart:
+        """Reconcile, count the call and read its branch view in one transaction on one connection."""
+        hashes = rc.given_or_computed(context_id, messages, chain_hashes, self._hash_memo)
+
+        async def work(conn: Any) -> TurnStart:
+            # The reads first: reconciling locks the session's row until the commit, and concurrent turns
+            # of the session's other branches wait for that lock, so it is held for the writes only.
+            chain = rc.view_chain(hashes)
+            wanted = [*channels, branch_counter] if branch_counter is not None else list(channels)
+            found = await _states_found(conn, context_id, chain, wanted)
+            view = rc.branch_view(chain, found, channels, await _checkpoints(conn, context_id))
+            stored = await _calibration(conn, calibration) if calibration is not None else None
+            reconciliation = await _reconcile(conn, context_id, scope, messages, hashes)
+            turn = await _next_turn(conn, context_id)
+            branch = None
+            if branch_counter is not None:
+                branch = rc.branch_count(hashes, found.get(branch_counter) or {})
+                await _put_state(conn, context_id, hashes[-1], branch_counter, branch.number)
+            return TurnStart(reconciliation, turn, view, branch, stored)
 
         return await self._write(work)
 
@@ -242,14 +217,7 @@ class PostgresSessionStore:
 
     async def next_turn(self, context_id: str) -> int:
         """Increment and return the session's model-call counter."""
-        turns = await self._write(
-            lambda conn: conn.fetchval(
-                "UPDATE sessions SET turns = turns + 1 WHERE context_id = $1 RETURNING turns", context_id
-            )
-        )
-        if turns is None:
-            raise UnknownSession(context_id)
-        return int(turns)
+        return await self._write(lambda conn: _next_turn(conn, context_id))
 
     async def put_internal_steps(
         self, context_id: str, anchor_hash: str, messages: Sequence[Mapping[str, Any]]
@@ -302,28 +270,12 @@ class PostgresSessionStore:
 
         await self._write(work)
 
-    async def checkpoints(self, context_id: str) -> dict[str, dict[str, Any]]:
-        """Every checkpoint of the session, by covered chain hash."""
-        rows = await self._read(
-            lambda conn: conn.fetch(
-                "SELECT covers_hash, checkpoint FROM checkpoints WHERE context_id = $1 ORDER BY id", context_id
-            )
-        )
-        return {row["covers_hash"]: dict(rc.load_json(row["checkpoint"])) for row in rows}
-
     async def put_state(self, context_id: str, chain_hash: str, channel: str, value: Any) -> None:
         """Store (or replace) a state channel's value as of ``chain_hash``."""
 
         async def work(conn: Any) -> None:
             await _require_session(conn, context_id)
-            await conn.execute(
-                "INSERT INTO state_channels (context_id, chain_hash, channel, value) VALUES ($1, $2, $3, $4::json)"
-                " ON CONFLICT (context_id, chain_hash, channel) DO UPDATE SET value = excluded.value",
-                context_id,
-                chain_hash,
-                channel,
-                rc.json_text(value),
-            )
+            await _put_state(conn, context_id, chain_hash, channel, value)
 
         await self._write(work)
 
@@ -339,20 +291,15 @@ class PostgresSessionStore:
         )
         return None if text is None else rc.load_json(text)
 
-    async def state_along(self, context_id: str, chain_hashes: Sequence[str], channel: str) -> BranchState | None:
-        """The channel's value at the last of ``chain_hashes`` that has one, or ``None``."""
-        if not chain_hashes:
-            return None
-        rows = await self._read(
-            lambda conn: conn.fetch(
-                "SELECT chain_hash, value FROM state_channels"
-                " WHERE context_id = $1 AND channel = $2 AND chain_hash = ANY($3::text[])",
-                context_id,
-                channel,
-                list(chain_hashes),
-            )
-        )
-        return rc.nearest_state(chain_hashes, {row["chain_hash"]: rc.load_json(row["value"]) for row in rows})
+    async def branch_view(self, context_id: str, chain_hashes: Sequence[str], channels: Sequence[str]) -> BranchView:
+        """The channels along the chain (below the session-wide root) and the checkpoints, on one connection."""
+        chain = rc.view_chain(chain_hashes)
+
+        async def work(conn: Any) -> BranchView:
+            found = await _states_found(conn, context_id, chain, channels)
+            return rc.branch_view(chain, found, channels, await _checkpoints(conn, context_id))
+
+        return await self._read(work)
 
     async def put_skill_ref(self, context_id: str, ref: SkillRef) -> None:
         """Record a skill read; the same (name, revision, chain hash) twice is one record."""
@@ -394,10 +341,7 @@ class PostgresSessionStore:
 
     async def calibration(self, route_key: str) -> Any | None:
         """The route's stored token calibration, or ``None``."""
-        text = await self._read(
-            lambda conn: conn.fetchval("SELECT state FROM token_calibration WHERE route_key = $1", route_key)
-        )
-        return None if text is None else rc.load_json(text)
+        return await self._read(lambda conn: _calibration(conn, route_key))
 
     async def update_calibration(
         self, route_key: str, group: str, update: Callable[[Any | None], Any], keep: int | None = None
@@ -455,6 +399,110 @@ def _positive_option(options: Mapping[str, str], name: str, default: int) -> int
     if not raw.isdigit() or int(raw) <= 0:
         raise ValueError(f"store URL parameter {name}={raw!r} is not a positive integer")
     return int(raw)
+
+
+async def _reconcile(
+    conn: Any, context_id: str, scope: str, messages: Sequence[Mapping[str, Any]], hashes: list[str]
+) -> Reconciliation:
+    """Store the request's new suffix and tool bodies (inside the caller's transaction)."""
+    created = (
+        await conn.fetchval(
+            "INSERT INTO sessions (context_id, scope) VALUES ($1, $2)"
+            " ON CONFLICT (context_id) DO NOTHING RETURNING true",
+            context_id,
+            scope,
+        )
+        is not None
+    )
+    # The row lock makes a concurrent reconcile of the same session wait for this one.
+    previous_head = await conn.fetchval("SELECT head_hash FROM sessions WHERE context_id = $1 FOR UPDATE", context_id)
+    stored = {
+        row["chain_hash"]
+        for row in await conn.fetch(
+            "SELECT chain_hash FROM messages WHERE context_id = $1 AND chain_hash = ANY($2::text[])",
+            context_id,
+            hashes,
+        )
+    }
+    known = rc.known_count(hashes, stored)
+    forked = rc.fork_without_lookup(previous_head, hashes, known)
+    if forked is None:
+        forked = not await _is_ancestor(conn, context_id, hashes[-1], previous_head, len(hashes) - 1)
+    rows = list(rc.message_rows(messages, hashes, known))
+    if rows:
+        await conn.execute(
+            "INSERT INTO messages (context_id, chain_hash, parent_hash, position, message, tool_output_ref)"
+            " SELECT $1, h, p, pos, m::json, r"
+            " FROM unnest($2::text[], $3::text[], $4::int[], $5::text[], $6::text[]) AS t(h, p, pos, m, r)",
+            context_id,
+            [row.chain_hash for row in rows],
+            [row.parent_hash for row in rows],
+            [row.position for row in rows],
+            [row.message_json for row in rows],
+            [row.tool_ref for row in rows],
+        )
+    tools = [row for row in rows if row.tool_ref is not None]
+    if tools:
+        await conn.execute(
+            "INSERT INTO tool_outputs (context_id, ref, chain_hash, body)"
+            " SELECT $1, r, h, b FROM unnest($2::text[], $3::text[], $4::text[]) AS t(r, h, b)"
+            " ON CONFLICT DO NOTHING",
+            context_id,
+            [row.tool_ref for row in tools],
+            [row.chain_hash for row in tools],
+            [row.tool_body for row in tools],
+        )
+    await conn.execute(
+        "UPDATE sessions SET head_hash = $2, updated_at = now() WHERE context_id = $1", context_id, hashes[-1]
+    )
+    return Reconciliation(context_id, hashes[-1], known, [row.stored() for row in rows], forked, created, tuple(hashes))
+
+
+async def _next_turn(conn: Any, context_id: str) -> int:
+    turns = await conn.fetchval(
+        "UPDATE sessions SET turns = turns + 1 WHERE context_id = $1 RETURNING turns", context_id
+    )
+    if turns is None:
+        raise UnknownSession(context_id)
+    return int(turns)
+
+
+async def _put_state(conn: Any, context_id: str, chain_hash: str, channel: str, value: Any) -> None:
+    await conn.execute(
+        "INSERT INTO state_channels (context_id, chain_hash, channel, value) VALUES ($1, $2, $3, $4::json)"
+        " ON CONFLICT (context_id, chain_hash, channel) DO UPDATE SET value = excluded.value",
+        context_id,
+        chain_hash,
+        channel,
+        rc.json_text(value),
+    )
+
+
+async def _states_found(
+    conn: Any, context_id: str, chain: Sequence[str], channels: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    if not channels:
+        return {}
+    rows = await conn.fetch(
+        "SELECT channel, chain_hash, value FROM state_channels"
+        " WHERE context_id = $1 AND channel = ANY($2::text[]) AND chain_hash = ANY($3::text[])",
+        context_id,
+        list(channels),
+        list(chain),
+    )
+    return rc.states_found((row["channel"], row["chain_hash"], row["value"]) for row in rows)
+
+
+async def _checkpoints(conn: Any, context_id: str) -> dict[str, dict[str, Any]]:
+    rows = await conn.fetch(
+        "SELECT covers_hash, checkpoint FROM checkpoints WHERE context_id = $1 ORDER BY id", context_id
+    )
+    return {row["covers_hash"]: dict(rc.load_json(row["checkpoint"])) for row in rows}
+
+
+async def _calibration(conn: Any, route_key: str) -> Any | None:
+    text = await conn.fetchval("SELECT state FROM token_calibration WHERE route_key = $1", route_key)
+    return None if text is None else rc.load_json(text)
 
 
 async def _is_ancestor(conn: Any, context_id: str, candidate: str, head: str, position: int) -> bool:

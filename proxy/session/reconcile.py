@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 import sys
 from collections import OrderedDict
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from proxy.canonical import GENESIS, HistoryEntry, chain_hashes, content_text, message_digest
-from proxy.session.store import BranchState, tool_output_ref
+from proxy.session.store import BranchCount, BranchState, BranchView, tool_output_ref
 
 
 def json_text(value: Any) -> str:
@@ -65,6 +65,18 @@ def request_hashes(context_id: str, messages: Sequence[Mapping[str, Any]], memo:
     if not messages:
         raise ValueError("a request must carry at least one message")
     return memo.hashes(context_id, messages) if memo is not None else chain_hashes(messages)
+
+
+def given_or_computed(
+    context_id: str, messages: Sequence[Mapping[str, Any]], given: Sequence[str] | None, memo: ChainMemo
+) -> list[str]:
+    """The request's chain hashes: ``given`` by a caller that computed them with ``request_hashes`` already
+    (hashing a long history again is its largest cost), else computed here."""
+    if given is None:
+        return request_hashes(context_id, messages, memo)
+    if not context_id or not messages or len(given) != len(messages):
+        raise ValueError("chain_hashes must be the request_hashes of a non-empty request")
+    return list(given)
 
 
 class ChainMemo:
@@ -133,6 +145,45 @@ def nearest_state(chain_hashes: Sequence[str], found: Mapping[str, Any]) -> Bran
         if chain_hash in found:
             return BranchState(chain_hash, found[chain_hash])
     return None
+
+
+SESSION_WIDE = ""  # the chain hash of session-wide state: the root of every chain
+
+
+def view_chain(chain_hashes: Sequence[str]) -> list[str]:
+    """The prefixes a branch view reads, oldest first: the session-wide root, then the request's chain."""
+    return [SESSION_WIDE, *chain_hashes]
+
+
+def states_found(rows: Iterable[tuple[str, str, str]]) -> dict[str, dict[str, Any]]:
+    """State rows (channel, chain hash, JSON text) as channel -> {chain hash: value}."""
+    found: dict[str, dict[str, Any]] = {}
+    for channel, chain_hash, text in rows:
+        found.setdefault(channel, {})[chain_hash] = load_json(text)
+    return found
+
+
+def branch_view(
+    chain: Sequence[str],
+    found: Mapping[str, Mapping[str, Any]],
+    channels: Iterable[str],
+    checkpoints: Mapping[str, dict[str, Any]],
+) -> BranchView:
+    """The view of ``channels`` along ``chain`` (from ``view_chain``), given the values ``found`` on it."""
+    states = {}
+    for channel in channels:
+        nearest = nearest_state(chain, found.get(channel) or {})
+        if nearest is not None:
+            states[channel] = nearest
+    return BranchView(states, checkpoints)
+
+
+def branch_count(chain_hashes: Sequence[str], counted: Mapping[str, Any]) -> BranchCount:
+    """The next count along a request's chain: one more than the nearest count before its head (an
+    identical earlier request counted at the same head is a sibling, not a parent)."""
+    previous = nearest_state(chain_hashes[:-1], counted)
+    done = previous.value if previous is not None and isinstance(previous.value, int) else 0
+    return BranchCount(done + 1, previous.chain_hash if previous is not None else None)
 
 
 def known_count(hashes: Sequence[str], stored: Collection[str]) -> int:

@@ -28,10 +28,11 @@ from proxy.session.sqlite_files import ProcessLock, private_database, private_fo
 from proxy.session.sqlite_schema import migrate
 from proxy.session.store import (
     SECRET_BYTES,
-    BranchState,
+    BranchView,
     Reconciliation,
     SkillRef,
     StoreError,
+    TurnStart,
     UnknownSession,
 )
 
@@ -196,50 +197,35 @@ class SqliteSessionStore:
     async def reconcile(self, context_id: str, scope: str, messages: Sequence[Mapping[str, Any]]) -> Reconciliation:
         """Store the request's new suffix and tool bodies in one transaction; say where it continues."""
         hashes = rc.request_hashes(context_id, messages, self._hash_memo)
+        return await self._w().write(lambda conn: _reconcile(conn, context_id, scope, messages, hashes))
 
-        def work(conn: sqlite3.Connection) -> Reconciliation:
-            now = _now()
-            created = (
-                conn.execute(
-                    "INSERT INTO sessions (context_id, scope, created_at, updated_at) VALUES (?, ?, ?, ?)"
-                    " ON CONFLICT (context_id) DO NOTHING",
-                    (context_id, scope, now, now),
-                ).rowcount
-                == 1
-            )
-            previous_head = conn.execute(
-                "SELECT head_hash FROM sessions WHERE context_id = ?", (context_id,)
-            ).fetchone()[0]
-            stored = {
-                row[0]
-                for row in conn.execute(
-                    "SELECT chain_hash FROM messages"
-                    " WHERE context_id = ? AND chain_hash IN (SELECT value FROM json_each(?))",
-                    (context_id, rc.json_text(hashes)),
-                )
-            }
-            known = rc.known_count(hashes, stored)
-            forked = rc.fork_without_lookup(previous_head, hashes, known)
-            if forked is None:
-                forked = not _is_ancestor(conn, context_id, hashes[-1], previous_head, len(hashes) - 1)
-            new: list[HistoryEntry] = []
-            for row in rc.message_rows(messages, hashes, known):
-                conn.execute(
-                    "INSERT INTO messages (context_id, chain_hash, parent_hash, position, message, tool_output_ref)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    (context_id, row.chain_hash, row.parent_hash, row.position, row.message_json, row.tool_ref),
-                )
-                if row.tool_ref is not None:
-                    conn.execute(
-                        "INSERT INTO tool_outputs (context_id, ref, chain_hash, body) VALUES (?, ?, ?, ?)"
-                        " ON CONFLICT DO NOTHING",
-                        (context_id, row.tool_ref, row.chain_hash, row.tool_body),
-                    )
-                new.append(row.stored())
-            conn.execute(
-                "UPDATE sessions SET head_hash = ?, updated_at = ? WHERE context_id = ?", (hashes[-1], now, context_id)
-            )
-            return Reconciliation(context_id, hashes[-1], known, new, forked, created, tuple(hashes))
+    async def begin_turn(
+        self,
+        context_id: str,
+        scope: str,
+        messages: Sequence[Mapping[str, Any]],
+        channels: Sequence[str] = (),
+        *,
+        branch_counter: str | None = None,
+        calibration: str | None = None,
+        chain_hashes: Sequence[str] | None = None,
+    ) -> TurnStart:
+        """Reconcile, count the call and read its branch view in one transaction on the writer thread."""
+        hashes = rc.given_or_computed(context_id, messages, chain_hashes, self._hash_memo)
+
+        def work(conn: sqlite3.Connection) -> TurnStart:
+            reconciliation = _reconcile(conn, context_id, scope, messages, hashes)
+            turn = _next_turn(conn, context_id)
+            chain = rc.view_chain(hashes)
+            wanted = [*channels, branch_counter] if branch_counter is not None else list(channels)
+            found = _states_found(conn, context_id, chain, wanted)
+            branch = None
+            if branch_counter is not None:
+                branch = rc.branch_count(hashes, found.get(branch_counter) or {})
+                _put_state(conn, context_id, hashes[-1], branch_counter, branch.number)
+            view = rc.branch_view(chain, found, channels, _checkpoints(conn, context_id))
+            stored = _calibration(conn, calibration) if calibration is not None else None
+            return TurnStart(reconciliation, turn, view, branch, stored)
 
         return await self._w().write(work)
 
@@ -266,16 +252,7 @@ class SqliteSessionStore:
 
     async def next_turn(self, context_id: str) -> int:
         """Increment and return the session's model-call counter."""
-
-        def work(conn: sqlite3.Connection) -> int:
-            row = conn.execute(
-                "UPDATE sessions SET turns = turns + 1 WHERE context_id = ? RETURNING turns", (context_id,)
-            ).fetchone()
-            if row is None:
-                raise UnknownSession(context_id)
-            return int(row[0])
-
-        return await self._w().write(work)
+        return await self._w().write(lambda conn: _next_turn(conn, context_id))
 
     async def put_internal_steps(
         self, context_id: str, anchor_hash: str, messages: Sequence[Mapping[str, Any]]
@@ -320,25 +297,12 @@ class SqliteSessionStore:
 
         await self._w().write(work)
 
-    async def checkpoints(self, context_id: str) -> dict[str, dict[str, Any]]:
-        """Every checkpoint of the session, by covered chain hash."""
-        rows = await self._r().run(
-            lambda conn: conn.execute(
-                "SELECT covers_hash, checkpoint FROM checkpoints WHERE context_id = ? ORDER BY rowid", (context_id,)
-            ).fetchall()
-        )
-        return {covers: dict(rc.load_json(body)) for covers, body in rows}
-
     async def put_state(self, context_id: str, chain_hash: str, channel: str, value: Any) -> None:
         """Store (or replace) a state channel's value as of ``chain_hash``."""
 
         def work(conn: sqlite3.Connection) -> None:
             _require_session(conn, context_id)
-            conn.execute(
-                "INSERT INTO state_channels (context_id, chain_hash, channel, value) VALUES (?, ?, ?, ?)"
-                " ON CONFLICT (context_id, chain_hash, channel) DO UPDATE SET value = excluded.value",
-                (context_id, chain_hash, channel, rc.json_text(value)),
-            )
+            _put_state(conn, context_id, chain_hash, channel, value)
 
         await self._w().write(work)
 
@@ -352,18 +316,15 @@ class SqliteSessionStore:
         )
         return None if row is None else rc.load_json(row[0])
 
-    async def state_along(self, context_id: str, chain_hashes: Sequence[str], channel: str) -> BranchState | None:
-        """The channel's value at the last of ``chain_hashes`` that has one, or ``None``."""
-        if not chain_hashes:
-            return None
-        rows = await self._r().run(
-            lambda conn: conn.execute(
-                "SELECT chain_hash, value FROM state_channels"
-                " WHERE context_id = ? AND channel = ? AND chain_hash IN (SELECT value FROM json_each(?))",
-                (context_id, channel, rc.json_text(list(chain_hashes))),
-            ).fetchall()
-        )
-        return rc.nearest_state(chain_hashes, {chash: rc.load_json(value) for chash, value in rows})
+    async def branch_view(self, context_id: str, chain_hashes: Sequence[str], channels: Sequence[str]) -> BranchView:
+        """The channels along the chain (below the session-wide root) and the checkpoints, in one read."""
+        chain = rc.view_chain(chain_hashes)
+
+        def work(conn: sqlite3.Connection) -> BranchView:
+            found = _states_found(conn, context_id, chain, channels)
+            return rc.branch_view(chain, found, channels, _checkpoints(conn, context_id))
+
+        return await self._r().run(work)
 
     async def put_skill_ref(self, context_id: str, ref: SkillRef) -> None:
         """Record a skill read; the same (name, revision, chain hash) twice is one record."""
@@ -402,12 +363,7 @@ class SqliteSessionStore:
 
     async def calibration(self, route_key: str) -> Any | None:
         """The route's stored token calibration, or ``None``."""
-        row = await self._r().run(
-            lambda conn: conn.execute(
-                "SELECT state FROM token_calibration WHERE route_key = ?", (route_key,)
-            ).fetchone()
-        )
-        return None if row is None else rc.load_json(row[0])
+        return await self._r().run(lambda conn: _calibration(conn, route_key))
 
     async def update_calibration(
         self, route_key: str, group: str, update: Callable[[Any | None], Any], keep: int | None = None
@@ -432,6 +388,93 @@ class SqliteSessionStore:
             return value
 
         return await self._w().write(work)
+
+
+def _reconcile(
+    conn: sqlite3.Connection, context_id: str, scope: str, messages: Sequence[Mapping[str, Any]], hashes: list[str]
+) -> Reconciliation:
+    """Store the request's new suffix and tool bodies (inside the caller's transaction)."""
+    now = _now()
+    created = (
+        conn.execute(
+            "INSERT INTO sessions (context_id, scope, created_at, updated_at) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (context_id) DO NOTHING",
+            (context_id, scope, now, now),
+        ).rowcount
+        == 1
+    )
+    previous_head = conn.execute("SELECT head_hash FROM sessions WHERE context_id = ?", (context_id,)).fetchone()[0]
+    stored = {
+        row[0]
+        for row in conn.execute(
+            "SELECT chain_hash FROM messages WHERE context_id = ? AND chain_hash IN (SELECT value FROM json_each(?))",
+            (context_id, rc.json_text(hashes)),
+        )
+    }
+    known = rc.known_count(hashes, stored)
+    forked = rc.fork_without_lookup(previous_head, hashes, known)
+    if forked is None:
+        forked = not _is_ancestor(conn, context_id, hashes[-1], previous_head, len(hashes) - 1)
+    new: list[HistoryEntry] = []
+    for row in rc.message_rows(messages, hashes, known):
+        conn.execute(
+            "INSERT INTO messages (context_id, chain_hash, parent_hash, position, message, tool_output_ref)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (context_id, row.chain_hash, row.parent_hash, row.position, row.message_json, row.tool_ref),
+        )
+        if row.tool_ref is not None:
+            conn.execute(
+                "INSERT INTO tool_outputs (context_id, ref, chain_hash, body) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT DO NOTHING",
+                (context_id, row.tool_ref, row.chain_hash, row.tool_body),
+            )
+        new.append(row.stored())
+    conn.execute(
+        "UPDATE sessions SET head_hash = ?, updated_at = ? WHERE context_id = ?", (hashes[-1], now, context_id)
+    )
+    return Reconciliation(context_id, hashes[-1], known, new, forked, created, tuple(hashes))
+
+
+def _next_turn(conn: sqlite3.Connection, context_id: str) -> int:
+    row = conn.execute(
+        "UPDATE sessions SET turns = turns + 1 WHERE context_id = ? RETURNING turns", (context_id,)
+    ).fetchone()
+    if row is None:
+        raise UnknownSession(context_id)
+    return int(row[0])
+
+
+def _put_state(conn: sqlite3.Connection, context_id: str, chain_hash: str, channel: str, value: Any) -> None:
+    conn.execute(
+        "INSERT INTO state_channels (context_id, chain_hash, channel, value) VALUES (?, ?, ?, ?)"
+        " ON CONFLICT (context_id, chain_hash, channel) DO UPDATE SET value = excluded.value",
+        (context_id, chain_hash, channel, rc.json_text(value)),
+    )
+
+
+def _states_found(
+    conn: sqlite3.Connection, context_id: str, chain: Sequence[str], channels: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    if not channels:
+        return {}
+    rows = conn.execute(
+        "SELECT channel, chain_hash, value FROM state_channels WHERE context_id = ?"
+        " AND channel IN (SELECT value FROM json_each(?)) AND chain_hash IN (SELECT value FROM json_each(?))",
+        (context_id, rc.json_text(list(channels)), rc.json_text(list(chain))),
+    ).fetchall()
+    return rc.states_found(rows)
+
+
+def _checkpoints(conn: sqlite3.Connection, context_id: str) -> dict[str, dict[str, Any]]:
+    rows = conn.execute(
+        "SELECT covers_hash, checkpoint FROM checkpoints WHERE context_id = ? ORDER BY rowid", (context_id,)
+    ).fetchall()
+    return {covers: dict(rc.load_json(body)) for covers, body in rows}
+
+
+def _calibration(conn: sqlite3.Connection, route_key: str) -> Any | None:
+    row = conn.execute("SELECT state FROM token_calibration WHERE route_key = ?", (route_key,)).fetchone()
+    return None if row is None else rc.load_json(row[0])
 
 
 def _is_ancestor(conn: sqlite3.Connection, context_id: str, candidate: str, head: str, position: int) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from proxy.canonical import HistoryEntry
@@ -64,6 +64,41 @@ class BranchState:
 
 
 @dataclass(frozen=True)
+class BranchView:
+    """What the store holds for one request's branch, read together: each asked-for state channel's value
+    at the nearest prefix of the request's chain that has one (chain hash ``""``, session-wide, is the
+    root of every chain), and every checkpoint of the session by the chain hash it covers."""
+
+    states: Mapping[str, BranchState] = field(default_factory=dict)  # channels without a value are absent
+    checkpoints: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+
+    def value(self, channel: str) -> Any | None:
+        """The channel's value along the branch, or ``None``."""
+        found = self.states.get(channel)
+        return None if found is None else found.value
+
+
+@dataclass(frozen=True)
+class BranchCount:
+    """A counter along a chain (see ``SessionStore.begin_turn``): this call is the ``number``-th, after the
+    one counted at ``parent`` (``None`` for the first)."""
+
+    number: int
+    parent: str | None
+
+
+@dataclass(frozen=True)
+class TurnStart:
+    """Everything a turn needs from the store before its first model call, from one transaction."""
+
+    reconciliation: Reconciliation
+    turn: int  # the session's model-call counter after this call was counted
+    view: BranchView  # the branch state and checkpoints along the request's chain
+    branch: BranchCount | None = None  # with ``branch_counter``: this call's place on its chain
+    calibration: Any | None = None  # with ``calibration``: the route's stored token calibration
+
+
+@dataclass(frozen=True)
 class SkillRef:
     """A durable record that a skill body was read into a session, at a frozen revision."""
 
@@ -97,6 +132,29 @@ class SessionStore(Protocol):
     async def reconcile(self, context_id: str, scope: str, messages: Sequence[Mapping[str, Any]]) -> Reconciliation:
         """Store the request's new suffix (one transaction) and its tool bodies; return where it continues."""
 
+    async def begin_turn(
+        self,
+        context_id: str,
+        scope: str,
+        messages: Sequence[Mapping[str, Any]],
+        channels: Sequence[str] = (),
+        *,
+        branch_counter: str | None = None,
+        calibration: str | None = None,
+        chain_hashes: Sequence[str] | None = None,
+    ) -> TurnStart:
+        """Start a model turn in ONE transaction (one round trip): reconcile the request as ``reconcile``
+        does, count the call with ``next_turn``, and read the ``branch_view`` of ``channels`` along the
+        request's chain.
+
+        ``branch_counter`` names a state channel that counts calls along a chain: its value at the
+        nearest prefix *before* the request's head (the root ``""`` excluded) plus one is written at the
+        head and returned as ``TurnStart.branch``. ``calibration`` is a route key whose stored token
+        calibration is returned too. ``chain_hashes``: the request's chain hashes when the caller already
+        computed them with ``proxy.session.reconcile.request_hashes`` (the turn runner does, to name the
+        branch it locks), so a long history is not hashed twice.
+        """
+
     async def transcript(self, context_id: str, head_hash: str) -> list[HistoryEntry]:
         """The branch ending at ``head_hash``, oldest first (empty for an unknown head)."""
 
@@ -117,20 +175,17 @@ class SessionStore(Protocol):
     async def put_checkpoint(self, context_id: str, covers_hash: str, checkpoint: Mapping[str, Any]) -> None:
         """Store a resident checkpoint keyed by the chain hash of the last message it covers."""
 
-    async def checkpoints(self, context_id: str) -> dict[str, dict[str, Any]]:
-        """Every checkpoint of the session, by the chain hash it covers."""
-
     async def put_state(self, context_id: str, chain_hash: str, channel: str, value: Any) -> None:
         """Store a state channel's value as of the prefix ``chain_hash``."""
 
     async def state(self, context_id: str, chain_hash: str, channel: str) -> Any | None:
         """A state channel's value as of the prefix ``chain_hash``, or ``None``."""
 
-    async def state_along(self, context_id: str, chain_hashes: Sequence[str], channel: str) -> BranchState | None:
-        """The channel's value at the last of ``chain_hashes`` (a request's prefixes, oldest first) that has one.
+    async def branch_view(self, context_id: str, chain_hashes: Sequence[str], channels: Sequence[str]) -> BranchView:
+        """The ``channels`` along ``chain_hashes`` (a request's prefixes, oldest first) and the checkpoints.
 
         This is branch state: a value written at a request's head is seen by the requests that extend
-        that head, and never by a request on another branch.
+        that head, and never by a request on another branch. ``begin_turn`` returns the same view.
         """
 
     async def put_skill_ref(self, context_id: str, ref: SkillRef) -> None:

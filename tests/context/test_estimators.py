@@ -1,22 +1,27 @@
 """Estimators: the conservative one never under-counts tiktoken; the cache pays only for new messages."""
 
 import json
+import math
 import string
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tiktoken
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from proxy.canonical import stable_json
+from proxy.canonical import HistoryEntry, chain_hashes, stable_json
+from proxy.context import estimators
 from proxy.context.cjk_costs import cost_table
 from proxy.context.estimators import (
     MESSAGE_OVERHEAD_TOKENS,
     CachingEstimator,
     ConservativeTokenEstimator,
+    ScaledEstimator,
     TiktokenEstimator,
+    TurnEstimator,
 )
 
 ENCODINGS = [tiktoken.get_encoding(name) for name in ("cl100k_base", "o200k_base")]
@@ -229,9 +234,69 @@ def test_cache_pays_only_for_new_messages() -> None:
     assert len(inner.history) == 51 and cache.hits == 50 and cache.misses == 51
 
 
+def test_a_resent_history_is_counted_by_chain_hash_and_only_new_messages_cost(monkeypatch: pytest.MonkeyPatch) -> None:
+    inner = CountingEstimator()
+    cache = CachingEstimator(inner)
+    turn = [{"role": "user", "content": f"message {i}"} for i in range(50)]
+    first = [cache.count_message_at(h, m) for h, m in zip(chain_hashes(turn), turn, strict=True)]
+    assert first == [ESTIMATOR.count_message(m) for m in turn] and len(inner.history) == 50
+
+    resent = [*(dict(m) for m in turn), {"role": "assistant", "content": "new"}]
+    hashes = chain_hashes(resent)
+    digests = record_digests(monkeypatch)
+    second = [cache.count_message_at(h, m) for h, m in zip(hashes, resent, strict=True)]
+    assert second[:50] == first and len(inner.history) == 51
+    assert digests == [resent[-1]]  # the unchanged prefix was looked up by name, never hashed again
+    # A forked history's known messages (new chain hashes, same content) are not counted again either.
+    fork = [{"role": "system", "content": "other"}, *turn]
+    assert [cache.count_message_at(h, m) for h, m in zip(chain_hashes(fork), fork, strict=True)][1:] == first
+    assert len(inner.history) == 52
+    # Anything but a chain hash is counted by content only.
+    assert cache.count_message_at("not a chain hash", turn[0]) == first[0] and len(inner.history) == 52
+
+
+def test_calibration_scales_the_cached_base_count_never_a_scaled_one() -> None:
+    base = CachingEstimator(CountingEstimator())
+    message = {"role": "user", "content": "scale me " * 40}
+    (name,) = chain_hashes([message])
+    plain = base.count_message_at(name, message)
+    assert ScaledEstimator(base, 1.5).count_message_at(name, message) == math.ceil(plain * 1.5)
+    assert ScaledEstimator(base, 1.1).count_message_at(name, message) == math.ceil(plain * 1.1)
+    assert base.count_message_at(name, message) == plain
+
+
+def test_a_turn_estimator_counts_named_history_and_its_copies_by_chain_hash(monkeypatch: pytest.MonkeyPatch) -> None:
+    inner = CachingEstimator(CountingEstimator())
+    history = [{"role": "user", "content": f"step {i}"} for i in range(20)]
+    entries = [HistoryEntry(m, h) for m, h in zip(history, chain_hashes(history), strict=True)]
+    TurnEstimator(inner).name_history(entries)  # nothing counted yet: naming is free
+    assert inner.misses == 0
+    first = TurnEstimator(inner)
+    first.name_history(entries)
+    counts = [first.count_message(dict(m)) for m in history]  # shallow copies, as the stages make them
+    second = TurnEstimator(inner)
+    second.name_history(entries)
+    digests = record_digests(monkeypatch)
+    assert [second.count_message(m) for m in history] == counts
+    assert digests == [] and inner.hits == 20
+
+
+def record_digests(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """From now on, the messages whose content digest the cache computes."""
+    calls: list[Any] = []
+    real = estimators.message_digest
+
+    def recording(message: Any) -> bytes:
+        calls.append(message)
+        return real(message)
+
+    monkeypatch.setattr(estimators, "message_digest", recording)
+    return calls
+
+
 def test_cache_keys_ignore_cosmetic_differences_and_stay_bounded() -> None:
     inner = CountingEstimator()
-    cache = CachingEstimator(inner, max_entries=2)
+    cache = CachingEstimator(inner, max_bytes=2 * CachingEstimator.ENTRY_BYTES)
     cache.count_message({"role": "user", "content": "a"})
     cache.count_message({"role": "user", "content": "a", "refusal": None})
     assert len(inner.history) == 1
@@ -242,9 +307,9 @@ def test_cache_keys_ignore_cosmetic_differences_and_stay_bounded() -> None:
 
 def test_cache_memory_stays_within_its_byte_bound_under_many_large_distinct_entries() -> None:
     # 2,000 distinct 100 KB tool results, texts and tool lists: keyed by their text, the cache would keep
-    # about 600 MB alive; keyed by digests it keeps at most max_entries * ENTRY_BYTES.
-    cache = CachingEstimator(FixedEstimator(), max_entries=500)
-    bound = cache.max_entries * CachingEstimator.ENTRY_BYTES
+    # about 600 MB alive; keyed by digests it keeps at most its max_bytes.
+    cache = CachingEstimator(FixedEstimator(), max_bytes=500 * CachingEstimator.ENTRY_BYTES)
+    bound = cache.max_bytes
     body = "x" * 100_000
     tracemalloc.start()
     try:

@@ -111,6 +111,8 @@ def test_openai_sdk_raises_the_error_event_of_a_broken_stream(start_proxy, provi
 class _ExplodingAssembler:
     """A test assembler: raises RuntimeError (a bug, not a ProxyError) when asked about "explode"."""
 
+    channels: tuple[str, ...] = ()  # it reads no branch state
+
     async def assemble(self, request: TurnRequest) -> Candidate:
         messages = request.body["messages"]
         if messages[-1]["content"] == "explode":

@@ -5,6 +5,7 @@ Proxy-owned tool rounds use ``find_tools`` (offered while a deferred client tool
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from proxy.config import ModelRoute, Settings
+from proxy.context import estimators
 from proxy.errors import ContextOverflow, SessionConflict
 from proxy.identity import SessionIdentity
 from proxy.runtime.services import build_runner
@@ -223,3 +225,108 @@ async def test_past_the_round_limit_proxy_calls_are_removed_from_the_answer(
     message = result.answer.message
     assert "tool_calls" not in message and result.answer.response["choices"][0]["finish_reason"] == "stop"
     assert message["content"] == "[context-proxy: the model was still calling proxy-owned tools after 2 rounds]"
+
+
+class CountingStore:
+    """The store with the name of every awaited call recorded: each is one round trip to its thread."""
+
+    def __init__(self, inner: SqliteSessionStore) -> None:
+        self.inner = inner
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.inner, name)
+        if name == "turn_lock" or not inspect.iscoroutinefunction(attribute):
+            return attribute
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            return await attribute(*args, **kwargs)
+
+        return counted
+
+
+async def test_a_small_turn_makes_one_store_call_before_the_provider_call(
+    tmp_path: Path, store: SqliteSessionStore
+) -> None:
+    counting = CountingStore(store)
+    runner, _ = runner_for(tmp_path, counting, lambda llm_input: completion({"content": "ok"}))
+    await runner.run(body(), IDENTITY, ROUTE)
+    await runner.run(
+        {**body(), "messages": [*body()["messages"], {"role": "assistant", "content": "ok"}]}, IDENTITY, ROUTE
+    )
+    # begin_turn before each provider call (reconcile, numbering, branch state, checkpoints, calibration),
+    # the calibration sample after it.
+    assert counting.calls == ["begin_turn", "update_calibration"] * 2
+    assert [t["session"]["branch"]["turn"] for t in traces(tmp_path).values()] == [1, 2]
+
+
+async def test_an_overflow_retry_and_a_proxy_round_read_the_branch_state_again(
+    tmp_path: Path, store: SqliteSessionStore
+) -> None:
+    # What the first attempt wrote (a checkpoint, previews) must be what the retry sees, not the
+    # view read when the turn began.
+    def overflow_once(llm_input: dict[str, Any]) -> dict[str, Any]:
+        if len(backend.history) == 1:
+            raise ContextOverflow("too long", limit=9_000)
+        return completion({"content": "ok"})
+
+    counting = CountingStore(store)
+    runner, backend = runner_for(tmp_path, counting, overflow_once)
+    await runner.run(body(tools=(MEASURE,)), IDENTITY, ROUTE)
+    assert counting.calls[:2] == ["begin_turn", "branch_view"]
+
+    def one_round(llm_input: dict[str, Any]) -> dict[str, Any]:
+        if answered(llm_input):
+            return completion({"content": "Found it."})
+        return completion({"content": None, "tool_calls": [tool_call("c1", "find_tools", '{"query": "lims"}')]})
+
+    counting = CountingStore(store)
+    runner, backend = runner_for(tmp_path, counting, one_round)
+    identity = SessionIdentity("ctx-round", "header:x-session-id", "main")
+    await runner.run(body(), identity, ROUTE)
+    calls = counting.calls
+    stored = calls.index("put_internal_steps")
+    # The first round needs no read of its own steps (its key is new); the second reads the view and them.
+    assert calls[0] == "begin_turn" and "internal_steps" not in calls[:stored]
+    assert "branch_view" in calls[stored:] and "internal_steps" in calls[stored:]
+    assert len(backend.history) == 2 and backend.history[1]["messages"][-1]["tool_call_id"] == "c1"
+
+
+async def test_a_resent_history_is_counted_by_chain_hash_in_the_assembly_and_the_calibration(
+    tmp_path: Path, store: SqliteSessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner, backend = runner_for(tmp_path, store, lambda llm_input: completion({"content": "ok"}))
+    first = [{"role": "user", "content": f"Measure sample {i}."} for i in range(30)]
+    await runner.run({**body(), "messages": first}, IDENTITY, ROUTE)
+    digested: list[Any] = []
+    real = estimators.message_digest
+
+    def recording(message: Any) -> bytes:
+        digested.append(dict(message))
+        return real(message)
+
+    monkeypatch.setattr(estimators, "message_digest", recording)
+    counted: list[Any] = []
+    for kind in (estimators.ConservativeTokenEstimator, estimators.TiktokenEstimator):
+        monkeypatch.setattr(kind, "count_message", counting(kind.count_message, counted))
+    resent = [dict(m) for m in first] + [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "Next."}]
+    await runner.run({**body(), "messages": resent}, IDENTITY, ROUTE)
+    # Only the two new messages are digested (in the assembly; the calibration then finds every message
+    # the assembly counted); the 30 resent ones are looked up by the chain hashes reconciliation gave them.
+    assert [m for m in digested if m in first] == []
+    assert resent[-2] in digested and resent[-1] in digested
+    # Nor is any of them counted again: not by the route's counter, not for the trace's clientTokens.
+    assert [m for m in counted if m in first] == []
+    assert resent[-1] in counted
+    assert len(backend.history) == 2
+
+
+def counting(method: Any, counted: list[Any]) -> Any:
+    """``method`` recording each message it counts."""
+
+    def count_message(self: Any, message: Any) -> int:
+        counted.append(dict(message))
+        return int(method(self, message))
+
+    return count_message

@@ -50,4 +50,4 @@ async def session_info(store: SessionStore, context_id: str) -> SessionInfo | No
 
 async def stored_checkpoint(store: SessionStore, context_id: str, covers_hash: str) -> dict[str, Any] | None:
     """The checkpoint covering up to ``covers_hash``, or ``None``."""
-    return (await store.checkpoints(context_id)).get(covers_hash)
+    return dict((await store.branch_view(context_id, [], [])).checkpoints).get(covers_hash)

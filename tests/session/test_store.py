@@ -12,7 +12,15 @@ import pytest
 from proxy.canonical import chain_hashes
 from proxy.session.postgres import PostgresSessionStore
 from proxy.session.sqlite import SqliteSessionStore
-from proxy.session.store import SECRET_BYTES, SessionStore, SkillRef, UnknownSession, tool_output_ref
+from proxy.session.store import (
+    SECRET_BYTES,
+    BranchCount,
+    BranchState,
+    SessionStore,
+    SkillRef,
+    UnknownSession,
+    tool_output_ref,
+)
 from tests.session.store_rows import session_info, stored_checkpoint
 
 Message = dict[str, Any]
@@ -514,7 +522,7 @@ async def test_turn_locks_are_per_branch_of_a_session(backend: Any) -> None:
         pass
 
 
-async def test_state_along_reads_the_nearest_prefix_of_the_requests_own_chain(store: SessionStore) -> None:
+async def test_branch_view_reads_the_nearest_prefix_of_the_requests_own_chain(store: SessionStore) -> None:
     opening = [system(), user("calibrate")]
     run_a = [*opening, assistant("a1"), user("a2")]
     run_b = [*opening, assistant("b1"), user("b2")]
@@ -523,16 +531,60 @@ async def test_state_along_reads_the_nearest_prefix_of_the_requests_own_chain(st
     await store.put_state("s", a[1], "previews", ["shared"])
     await store.put_state("s", a[3], "previews", ["a only"])
     await store.put_state("s", b[2], "other", 1)
+    await store.put_state("s", "", "legacy", "session-wide")  # the root of every chain
 
-    found = await store.state_along("s", a, "previews")
-    assert found is not None and (found.chain_hash, found.value) == (a[3], ["a only"])
-    found = await store.state_along("s", b, "previews")  # b never sees a's head, only the shared opening
-    assert found is not None and (found.chain_hash, found.value) == (b[1], ["shared"])
-    found = await store.state_along("s", a[:2], "previews")  # a rewind sees the state as of its point
-    assert found is not None and found.value == ["shared"]
-    assert await store.state_along("s", a, "other") is None
-    assert await store.state_along("t", a, "previews") is None
-    assert await store.state_along("s", [], "previews") is None
+    view = await store.branch_view("s", a, ["previews", "other", "legacy"])
+    assert view.states["previews"] == BranchState(a[3], ["a only"])
+    assert "other" not in view.states and view.value("other") is None
+    assert view.states["legacy"] == BranchState("", "session-wide")
+    view = await store.branch_view("s", b, ["previews", "other"])  # b never sees a's head, only the opening
+    assert view.states["previews"] == BranchState(b[1], ["shared"]) and view.value("other") == 1
+    view = await store.branch_view("s", a[:2], ["previews"])  # a rewind sees the state as of its point
+    assert view.value("previews") == ["shared"]
+    assert (await store.branch_view("s", a, ["nothing"])).states == {}
+    assert (await store.branch_view("t", a, ["previews"])).states == {}
+    assert (await store.branch_view("s", a, [])).states == {}
+
+
+async def test_begin_turn_reconciles_numbers_and_reads_in_one_call(store: SessionStore) -> None:
+    first = conversation(2)
+    start = await store.begin_turn("s", "main", first, ["previews"], branch_counter="calls", calibration="route:m")
+    hashes = chain_hashes(first)
+    assert start.reconciliation.created and start.reconciliation.chain_hashes == tuple(hashes)
+    assert len(start.reconciliation.new_messages) == len(first)
+    assert start.turn == 1 and start.branch == BranchCount(1, None)
+    assert start.view.states == {} and start.view.checkpoints == {} and start.calibration is None
+    assert await stored_messages(store, "s", hashes[-1]) == first
+
+    await store.put_state("s", hashes[2], "previews", ["ref"])
+    await store.put_checkpoint("s", hashes[2], {"summary": "s"})
+    await store.update_calibration("route:m", "route", lambda _: {"samples": [1.0]})
+    longer = [*first, user("next")]
+    start = await store.begin_turn("s", "main", longer, ["previews"], branch_counter="calls", calibration="route:m")
+    assert not start.reconciliation.created and start.reconciliation.known_count == len(first)
+    assert start.turn == 2 and start.branch == BranchCount(2, hashes[-1])  # counted after the call at `first`
+    assert start.view.states == {"previews": BranchState(hashes[2], ["ref"])}
+    assert start.view.checkpoints == {hashes[2]: {"summary": "s"}}
+    assert start.calibration == {"samples": [1.0]}
+
+    # The same history again is a sibling of the call counted at its head, not its child.
+    again = await store.begin_turn("s", "main", longer, [], branch_counter="calls")
+    assert again.turn == 3 and again.branch == BranchCount(2, hashes[-1])
+    # Without a counter nothing is counted along the chain, and the session counter still moves.
+    plain = await store.begin_turn("s", "main", longer)
+    assert plain.turn == 4 and plain.branch is None
+    info = await session_info(store, "s")
+    assert info is not None and info.turns == 4
+
+
+async def test_a_failed_begin_turn_leaves_the_session_as_it_was(store: SessionStore) -> None:
+    await store.begin_turn("s", "main", conversation(1))
+    bad = [*conversation(1), user("fine"), {"role": "user", "content": float("nan")}]
+    with pytest.raises(ValueError):
+        await store.begin_turn("s", "main", bad, branch_counter="calls")
+    info = await session_info(store, "s")
+    assert info is not None and info.turns == 1
+    assert (await store.branch_view("s", chain_hashes(bad[:-1]), ["calls"])).states == {}
 
 
 # --- restart and migrations -----------------------------------------------------------------------
@@ -659,9 +711,10 @@ async def test_checkpoints_round_trip_by_covered_hash(store: SessionStore) -> No
     assert await stored_checkpoint(store, "s", hashes[2]) == {"summary": "first, revised"}
     assert await stored_checkpoint(store, "s", r.head_hash) == {"summary": "second"}
     assert await stored_checkpoint(store, "s", hashes[1]) is None
-    assert await store.checkpoints("s") == {hashes[2]: {"summary": "first, revised"}, hashes[4]: {"summary": "second"}}
-    assert list(await store.checkpoints("s")) == [hashes[2], hashes[4]]
-    assert await store.checkpoints("other") == {}
+    stored = (await store.branch_view("s", hashes, [])).checkpoints
+    assert stored == {hashes[2]: {"summary": "first, revised"}, hashes[4]: {"summary": "second"}}
+    assert list(stored) == [hashes[2], hashes[4]]
+    assert (await store.branch_view("other", hashes, [])).checkpoints == {}
     with pytest.raises(UnknownSession):
         await store.put_checkpoint("never-seen", hashes[2], {})
 
