@@ -24,6 +24,8 @@ from proxy.app import create_app
 from proxy.config import ModelRoute, Settings
 from proxy.demo.scripted_provider import ScriptedProvider, serve_in_thread
 
+MACHINE = {"cpu": "x", "cores": 2, "platform": "p", "python": "3", "litellm": "1", "commit": "c"}
+
 
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[tuple[str, str]]:
@@ -42,11 +44,19 @@ def servers(tmp_path: Path) -> Iterator[tuple[str, str]]:
 
 def test_history_cost_measures_every_size(servers: tuple[str, str]) -> None:
     proxy_url, provider_url = servers
-    result = run_history_cost(proxy_url, provider_url, sizes=[10, 40], repeats=1)
-    assert [row["messages"] for row in result["rows"]] == [10, 40]
+    result = run_history_cost(proxy_url, provider_url, sizes=[10, 400], repeats=1, warm_requests=3)
+    assert [row["messages"] for row in result["rows"]] == [10, 400]
     assert all(row["direct_ms"] > 0 and row["request_bytes"] > 0 for row in result["rows"])
-    assert [stage["messages"] for stage in result["stages"]] == [10, 40]
+    assert all(row["warm_requests"] >= 3 and row["cold_requests"] >= 1 for row in result["rows"])
+    # At 400 messages a session goes on for two warm turns, each resending the answer and a user message.
+    assert result["rows"][1]["warm_messages_max"] == 402
+    assert all(row["added_warm_ms"] <= row["added_warm_p99_ms"] for row in result["rows"])
+    assert [stage["messages"] for stage in result["stages"]] == [10, 400]
     assert result["scaling"][0]["from"] == 10
+    markdown = render_markdown(
+        {"date": "2026-01-01T00:00:00+00:00", "quick": True, "machine": {**MACHINE}, "parts": {"history_cost": result}}
+    )
+    assert "warm p99 <= 2x p50 at 1,000 messages" in markdown and "| 400 |" in markdown
 
 
 def test_estimator_part_never_under_and_renders() -> None:
