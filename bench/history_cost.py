@@ -1,9 +1,14 @@
-"""Part 2: the time our proxy adds per turn as the history grows, cold and warm store.
+"""Part 2: the time our proxy adds per turn as the history grows, cold and warm store, with tail latency.
 
 *cold*: the first request of a new session, carrying the whole history (``history[:-1]``).
-*warm*: the same session's next request, one message longer (``history``): what a running agent sends.
-Added time is the proxy's latency minus the provider's for the same bytes sent directly, both
-measured in the same repeat. The in-process stage breakdown comes from ``bench/assembly.py``.
+*warm*: a later request of the same session: ``history``, then, for the sessions that go on, the same
+history plus the proxy's answer and one more user message per step (what a running agent sends). A
+session carries at most ``n // 200`` warm steps, so a warm request is at most 1% longer than ``n``
+messages; enough sessions are opened to reach ``warm_requests`` warm samples per size.
+Added time is each proxy latency minus the median latency of the provider for the same bytes sent
+directly (measured interleaved, in the same run). Percentiles (p50/p95/p99) are taken over those samples:
+a collector pause or another stall shows in p99, not in the median. The in-process stage breakdown comes
+from ``bench/assembly.py``.
 """
 
 from __future__ import annotations
@@ -18,11 +23,12 @@ from typing import Any
 import httpx
 
 from bench.assembly import TOOLS, assemble, collection, make_history, median_ms
-from bench.measure import check, median
+from bench.measure import check, median, percentile
 from bench.servers import MASTER_KEY, MODEL
 from proxy.context import CachingEstimator, ConservativeTokenEstimator
 
-WARM_GOAL_MS_AT_1000 = 20.0
+ANSWER = "ok"  # what the scripted provider answers: the warm steps resend it, as an agent would
+MESSAGES_PER_WARM_STEP = 200  # one more warm step per session for each 200 messages of history
 
 
 def _post_ms(client: httpx.Client, url: str, payload: bytes, session: str) -> float:
@@ -37,37 +43,87 @@ def _payload(messages: list[dict[str, Any]]) -> bytes:
     return json.dumps({"model": MODEL, "messages": messages, "tools": TOOLS, "max_tokens": 64}).encode()
 
 
-def run_history_cost(proxy_url: str, direct_url: str, *, sizes: Sequence[int], repeats: int) -> dict[str, Any]:
-    """Added cold/warm milliseconds per history size over HTTP, plus the in-process stage timings."""
+def session_plan(n: int, warm_requests: int, min_sessions: int) -> tuple[int, int]:
+    """(sessions, warm steps per session) for a history of ``n`` messages.
+
+    Small histories get a new session per warm sample (a cold request is cheap there, and each warm
+    request is then exactly ``n`` messages); large ones chain a few steps per session, because a cold
+    request at 5,000 messages costs most of a second.
+    """
+    chain = max(1, n // MESSAGES_PER_WARM_STEP)
+    sessions = max(min_sessions, math.ceil(warm_requests / chain))
+    return sessions, math.ceil(warm_requests / sessions)
+
+
+def warm_histories(history: list[dict[str, Any]], steps: int) -> list[list[dict[str, Any]]]:
+    """The warm requests of one session: ``history``, then each step adds the answer and a user turn."""
+    out = [history]
+    for step in range(1, steps):
+        out.append(out[-1] + [{"role": "assistant", "content": ANSWER}, {"role": "user", "content": f"Next {step}."}])
+    return out
+
+
+def _summary(added: list[float]) -> dict[str, float]:
+    return {
+        "p50": round(percentile(added, 0.5), 3),
+        "p95": round(percentile(added, 0.95), 3),
+        "p99": round(percentile(added, 0.99), 3),
+    }
+
+
+def run_history_cost(
+    proxy_url: str, direct_url: str, *, sizes: Sequence[int], repeats: int, warm_requests: int = 30
+) -> dict[str, Any]:
+    """Added cold/warm milliseconds per history size over HTTP (p50/p95/p99), plus the in-process stages.
+
+    ``repeats`` is the least number of cold samples (sessions) per size; ``warm_requests`` the least
+    number of warm samples per size.
+    """
     rows = []
     run_id = time.time_ns()
     with httpx.Client(timeout=120.0) as client:
         _post_ms(client, proxy_url, _payload(make_history(10)), f"hist-warmup-{run_id}")
         for n in sizes:
             history = make_history(n)
-            previous, current = _payload(history[:-1]), _payload(history)
-            cold, warm, direct_prev, direct_cur = [], [], [], []
-            for repeat in range(repeats):
-                session = f"hist-{run_id}-{n}-{repeat}"
-                d_prev = _post_ms(client, direct_url, previous, session)
-                p_cold = _post_ms(client, proxy_url, previous, session)
-                d_cur = _post_ms(client, direct_url, current, session)
-                p_warm = _post_ms(client, proxy_url, current, session)
-                cold.append(p_cold - d_prev)
-                warm.append(p_warm - d_cur)
-                direct_prev.append(d_prev)
-                direct_cur.append(d_cur)
+            sessions, steps = session_plan(n, warm_requests, repeats)
+            cold_payload = _payload(history[:-1])
+            warm_payloads = [_payload(h) for h in warm_histories(history, steps)]
+            cold_ms, warm_ms, direct_cold, direct_warm = [], [], [], []
+            for index in range(sessions):
+                session = f"hist-{run_id}-{n}-{index}"
+                direct_cold.append(_post_ms(client, direct_url, cold_payload, session))
+                cold_ms.append(_post_ms(client, proxy_url, cold_payload, session))
+                for payload in warm_payloads:
+                    direct_warm.append(_post_ms(client, direct_url, payload, session))
+                    warm_ms.append(_post_ms(client, proxy_url, payload, session))
+            base_cold, base_warm = median(direct_cold), median(direct_warm)
+            cold = _summary([ms - base_cold for ms in cold_ms])
+            warm = _summary([ms - base_warm for ms in warm_ms])
             rows.append(
                 {
                     "messages": n,
-                    "request_bytes": len(current),
-                    "direct_ms": median(direct_cur),
-                    "added_cold_ms": median(cold),
-                    "added_warm_ms": median(warm),
-                    "added_warm_us_per_message": median([w * 1000 / n for w in warm]),
+                    "request_bytes": len(warm_payloads[0]),
+                    "direct_ms": base_warm,
+                    "direct_p99_ms": round(percentile(direct_warm, 0.99), 3),
+                    "cold_requests": len(cold_ms),
+                    "warm_requests": len(warm_ms),
+                    "warm_messages_max": n + 2 * (steps - 1),
+                    "added_cold_ms": cold["p50"],
+                    "added_cold_p95_ms": cold["p95"],
+                    "added_cold_p99_ms": cold["p99"],
+                    "added_warm_ms": warm["p50"],
+                    "added_warm_p95_ms": warm["p95"],
+                    "added_warm_p99_ms": warm["p99"],
+                    "added_warm_us_per_message": round(warm["p50"] * 1000 / n, 3),
                 }
             )
-    return {"repeats": repeats, "rows": rows, "scaling": _scaling(rows), "stages": _stages(sizes, repeats)}
+    return {
+        "repeats": repeats,
+        "warm_requests": warm_requests,
+        "rows": rows,
+        "scaling": _scaling(rows),
+        "stages": _stages(sizes, repeats),
+    }
 
 
 def _scaling(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

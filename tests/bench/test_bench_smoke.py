@@ -24,6 +24,8 @@ from proxy.app import create_app
 from proxy.config import ModelRoute, Settings
 from proxy.demo.scripted_provider import ScriptedProvider, serve_in_thread
 
+MACHINE = {"cpu": "x", "cores": 2, "platform": "p", "python": "3", "litellm": "1", "commit": "c"}
+
 
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[tuple[str, str]]:
@@ -42,11 +44,19 @@ def servers(tmp_path: Path) -> Iterator[tuple[str, str]]:
 
 def test_history_cost_measures_every_size(servers: tuple[str, str]) -> None:
     proxy_url, provider_url = servers
-    result = run_history_cost(proxy_url, provider_url, sizes=[10, 40], repeats=1)
+    result = run_history_cost(proxy_url, provider_url, sizes=[10, 40], repeats=1, warm_requests=2)
     assert [row["messages"] for row in result["rows"]] == [10, 40]
     assert all(row["direct_ms"] > 0 and row["request_bytes"] > 0 for row in result["rows"])
+    # Small histories: a new session (one cold request) per warm sample, each exactly n messages.
+    assert all(row["warm_requests"] == row["cold_requests"] == 2 for row in result["rows"])
+    assert result["rows"][1]["warm_messages_max"] == 40
+    assert all(row["added_warm_ms"] <= row["added_warm_p99_ms"] for row in result["rows"])
     assert [stage["messages"] for stage in result["stages"]] == [10, 40]
     assert result["scaling"][0]["from"] == 10
+    markdown = render_markdown(
+        {"date": "2026-01-01T00:00:00+00:00", "quick": True, "machine": {**MACHINE}, "parts": {"history_cost": result}}
+    )
+    assert "warm p99 <= 2x p50 at 1,000 messages" in markdown and "| 40 |" in markdown
 
 
 def test_estimator_part_never_under_and_renders() -> None:
@@ -116,3 +126,33 @@ def test_isolation_part_measures_small_requests_during_a_large_one(servers: tupl
         "parts": {"isolation": result},
     }
     assert "## 6. A very large request" in render_markdown(report)
+
+
+def test_chained_warm_requests_continue_the_session_without_a_fork(tmp_path: Path) -> None:
+    """Part 2's long sessions are only "warm" if the proxy sees each request as the next turn."""
+    import json
+
+    import httpx
+
+    from bench.assembly import make_history
+    from bench.history_cost import _payload, warm_histories
+
+    with serve_in_thread(ScriptedProvider(ok_script).app()) as provider_url:
+        route = ModelRoute(MODEL, {"model": "openai/scripted", "api_base": f"{provider_url}/v1", "api_key": "sk-p"})
+        settings = Settings(
+            mode="dynamic", data_dir=tmp_path, master_key=MASTER_KEY, models=(route,), trace_enabled=True
+        )
+        headers = {"authorization": f"Bearer {MASTER_KEY}", "content-type": "application/json", "x-session-id": "s"}
+        history = make_history(12)
+        with serve_in_thread(create_app(settings)) as proxy_url, httpx.Client(timeout=60.0) as client:
+            for messages in [history[:-1], *warm_histories(history, 3)]:
+                url = f"{proxy_url}/v1/chat/completions"
+                assert client.post(url, content=_payload(messages), headers=headers).status_code == 200
+    traces = sorted((tmp_path / "context-traces").rglob("turn-*.json"))
+    sessions = [json.loads(path.read_text())["session"] for path in traces]
+    assert [(s["knownMessages"], s["newMessages"], s["forked"]) for s in sessions] == [
+        (0, 11, False),
+        (11, 1, False),
+        (12, 2, False),
+        (14, 2, False),
+    ]
