@@ -22,6 +22,7 @@ which orjson turns into floats (so a body holding a float that large is read aga
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -51,10 +52,8 @@ def decode_body(raw: bytes, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
     except jsonio.JSONDecodeError:
         body = None  # bad UTF-8 or JSON, a non-finite number, a lone surrogate
         if _SURROGATE_ESCAPE.search(raw):
-            try:
+            with contextlib.suppress(jsonio.JSONDecodeError):  # bad for another reason as well
                 body = jsonio.loads(_replace_surrogate_escapes(raw))
-            except jsonio.JSONDecodeError:
-                pass
     if isinstance(body, dict) and _plain(body, max_depth):
         return body
     return _decode_reference(raw, max_depth)  # names the problem, or reads what orjson would not keep exact

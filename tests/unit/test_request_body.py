@@ -80,7 +80,7 @@ def _clean(value):
 
 
 # What orjson (the fast decoder) is handed: every odd input above must mean what the standard library says.
-_ODD_TEXT = st.text(alphabet=st.sampled_from(['\\', '"', "u", "d", "8", "0", "c", "a", "\U0001f600", "\ud800", "\udc00"]))
+_ODD_TEXT = st.text(alphabet=st.sampled_from(["\\", '"', "u", "d", "8", "0", "c", "\U0001f600", "\ud800", "\udc00"]))
 
 
 @given(st.lists(_ODD_TEXT, max_size=4), st.booleans())
