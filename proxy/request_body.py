@@ -37,11 +37,10 @@ _BRACKETS_IN_STRING = re.compile(rb'"[^"]*"')
 _INNERMOST_PAIR = re.compile(rb"\[\]|\{\}")  # one scan per pass: a pair it uncovers waits for the next
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
-# A \u escape of a surrogate: the run of backslashes before it is even (escaped backslashes), so the
-# backslash of ``\u`` really starts an escape; a high half followed by a low one is a pair, kept.
-_ESCAPED_SURROGATE = re.compile(
-    rb"(?<!\\)((?:\\\\)*)(\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|\\u[dD][89a-fA-F][0-9a-fA-F]{2})"
-)
+# A \u escape of a surrogate, with the low half after a high one (a pair). Whether its backslash really
+# starts an escape (an even run of backslashes before it) is decided in ``_surrogate_replacement``: a
+# pattern that counted the run itself would be tried at every byte of a megabyte body.
+_ESCAPED_SURROGATE = re.compile(rb"\\u[dD](?:[89abAB][0-9a-fA-F]{2}(\\u[dD][c-fC-F][0-9a-fA-F]{2})?|[c-fC-F][0-9a-fA-F]{2})")
 _WIDE = 2.0**63  # orjson reads integers beyond 64 bits as floats at least this large
 
 
@@ -84,9 +83,15 @@ def _replace_surrogate_escapes(raw: bytes) -> bytes:
 
 
 def _surrogate_replacement(match: re.Match[bytes]) -> bytes:
-    if len(match.group(2)) == 12:  # a surrogate pair: one character, legal
+    start = run = match.start()
+    while run > 0 and match.string[run - 1] == 0x5C:  # the backslashes right before this one
+        run -= 1
+    low = match.group(1)  # the low half after a high one, if any: always a real escape
+    if (start - run) % 2:  # an escaped backslash, then the text "ud8xx": only the low half is an escape
+        return match.group(0)[:6] + (rb"\ufffd" if low else b"")
+    if low:  # a pair: one character, legal
         return match.group(0)
-    return match.group(1) + rb"\ufffd"
+    return rb"\ufffd"
 
 
 def _decode_reference(raw: bytes, max_depth: int) -> dict[str, Any]:

@@ -94,9 +94,19 @@ def test_escaped_lone_surrogates_are_rewritten_before_orjson_reads_them(texts, a
     assert decode_body(raw) == expected
 
 
-def test_backslashes_before_a_surrogate_escape_decide_whether_it_is_one():
-    assert decode_body(b'{"a": "\\\\ud800"}') == {"a": "\\ud800"}  # an escaped backslash, then text
-    assert decode_body(b'{"a": "\\\\\\ud800"}') == {"a": "\\\ufffd"}  # an escaped backslash, then an escape
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (b'{"a": "\\\\ud800"}', {"a": "\\ud800"}),  # an escaped backslash, then text
+        (b'{"a": "\\\\\\ud800"}', {"a": "\\\ufffd"}),  # an escaped backslash, then an escape
+        (b'{"a": "\\\\ud800\\udc00"}', {"a": "\\ud800\ufffd"}),  # ... then text, then a lone low half
+        (b'{"a": "\\udc00\\udc00"}', {"a": "\ufffd\ufffd"}),  # two lone low halves
+        (b'{"a": "\\ud800\\ud83d\\ude00"}', {"a": "\ufffd\U0001f600"}),  # a lone high half, then a pair
+    ],
+)
+def test_backslashes_before_a_surrogate_escape_decide_whether_it_is_one(raw, expected):
+    assert orjson.loads(_replace_surrogate_escapes(raw)) == expected  # the rewrite alone, read by orjson
+    assert decode_body(raw) == expected == _decode_reference(raw, MAX_DEPTH)
 
 
 @pytest.mark.parametrize("number", [2**64, 2**70, -(2**63) - 1, 10**30, -(10**30)])
