@@ -40,7 +40,10 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 # A \u escape of a surrogate, with the low half after a high one (a pair). Whether its backslash really
 # starts an escape (an even run of backslashes before it) is decided in ``_surrogate_replacement``: a
 # pattern that counted the run itself would be tried at every byte of a megabyte body.
-_ESCAPED_SURROGATE = re.compile(rb"\\u[dD](?:[89abAB][0-9a-fA-F]{2}(\\u[dD][c-fC-F][0-9a-fA-F]{2})?|[c-fC-F][0-9a-fA-F]{2})")
+_ESCAPED_SURROGATE = re.compile(
+    rb"\\u[dD](?:[89abAB][0-9a-fA-F]{2}(\\u[dD][c-fC-F][0-9a-fA-F]{2})?"  # a high half, then maybe its low one
+    rb"|[c-fC-F][0-9a-fA-F]{2})"  # a low half on its own
+)
 _WIDE = 2.0**63  # orjson reads integers beyond 64 bits as floats at least this large
 
 
