@@ -4,7 +4,9 @@ One home for the choice of encoder, so swapping it (or finding what uses it) is 
 several times faster than the standard library on the bodies an agent sends (a 1,000-message history
 is megabytes, parsed and re-encoded on every turn), but it is stricter in ways the edge must hide:
 
-- it refuses lone UTF-16 surrogates both ways: ``request_body`` replaces them before ``loads``, and
+- it refuses lone UTF-16 surrogates both ways: ``request_body`` rewrites their escapes to ``\\ufffd``
+  in the raw bytes and hands orjson those (only when orjson refused the body as sent, so a clean body
+  pays no scan), and
   ``dumps`` falls back to the standard library's ASCII escapes (``"\\ud800"``, still valid JSON)
   for an answer that carries one from upstream;
 - it refuses integers beyond 64 bits and non-string keys when encoding: the same fallback writes them
