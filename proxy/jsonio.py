@@ -6,9 +6,8 @@ is megabytes, parsed and re-encoded on every turn), but it is stricter in ways t
 
 - it refuses lone UTF-16 surrogates both ways: ``request_body`` rewrites their escapes to ``\\ufffd``
   in the raw bytes and hands orjson those (only when orjson refused the body as sent, so a clean body
-  pays no scan), and
-  ``dumps`` falls back to the standard library's ASCII escapes (``"\\ud800"``, still valid JSON)
-  for an answer that carries one from upstream;
+  pays no scan), and ``dumps`` falls back to the standard library's ASCII escapes (``"\\ud800"``,
+  still valid JSON) for an answer that carries one from upstream;
 - it refuses integers beyond 64 bits and non-string keys when encoding: the same fallback writes them
   as the standard library always did.
 
