@@ -7,12 +7,10 @@ it could not be completed.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import hmac
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +19,7 @@ import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
@@ -29,28 +27,25 @@ from proxy.client_params import check_client_params
 from proxy.config import Mode, Settings
 from proxy.context.nonce import SECRET_NAME
 from proxy.drain import Drain
-from proxy.errors import AuthenticationFailed, InvalidRequest, ModelNotFound, ProxyError, RequestTooLarge
+from proxy.errors import AuthenticationFailed, InvalidRequest, ModelNotFound, ProxyError
 from proxy.identity import identify
 from proxy.ingress import messages as anthropic
 from proxy.ingress.messages_errors import error_response as anthropic_error
 from proxy.ingress.responses_api import ResponsesIngress
+from proxy.jsonio import JSONAnswer, dumps
 from proxy.replay.recorder import Recorder, RecordingMiddleware
 from proxy.report.inspector import Inspector
-from proxy.request_body import decode_body
+from proxy.request_reader import RequestReader
 from proxy.runtime.assembly import Assembler
 from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.services import build_runner
 from proxy.runtime.turn import Completion, TurnRunner
 from proxy.session import open_store
 from proxy.session.store import SessionStore
+from proxy.startup_gc import frozen_start_up
 from proxy.wire import ChatCompletionRequest, parse_chat_request
 
 log = logging.getLogger("context_proxy")
-
-# Bodies above this size are decoded and validated on a worker thread: for a request of many
-# thousands of messages that is seconds of CPU, which on the event loop would stall every session.
-_OFFLOAD_BYTES = 256 * 1024
-_PARSE_WORKERS = 2  # bounds how many large bodies are parsed at once (and the memory they take)
 
 
 @dataclass
@@ -73,7 +68,7 @@ def create_app(
     """Build the proxy app. Parts not handed in are created when the app starts (its lifespan)."""
     services = Services(store=store, backend=backend, assembler=assembler)
     drain = Drain(settings.shutdown_grace_seconds)
-    parsing = ThreadPoolExecutor(max_workers=_PARSE_WORKERS, thread_name_prefix="request-parse")
+    reader = RequestReader(settings.max_request_bytes)
     # Record and replay (proxy/replay/): off unless a record folder is set, then nothing is wrapped.
     recorder = Recorder(settings.record_dir) if settings.record_dir is not None else None
 
@@ -98,9 +93,12 @@ def create_app(
         if recorder is not None:
             recorder.framing_nonce = services.runner.framing_nonce
         try:
-            yield
+            # litellm is imported and its model map read (build_runner checks every route's limits):
+            # what exists now lives as long as the app, so full collections need not walk it again.
+            with frozen_start_up():
+                yield
         finally:
-            parsing.shutdown(wait=False)
+            reader.close()
             aclose = getattr(services.backend, "aclose", None)
             if owned_backend and aclose is not None:
                 await aclose()  # the provider connections, before the loop they belong to stops
@@ -109,12 +107,8 @@ def create_app(
 
     async def chat_completions(request: Request) -> Response:
         _authorize(request, settings)
-        raw = await _read_body(request, settings.max_request_bytes)
-        if len(raw) > _OFFLOAD_BYTES:
-            loop = asyncio.get_running_loop()
-            body, chat = await loop.run_in_executor(parsing, _parse, raw, settings.max_request_messages)
-        else:
-            body, chat = _parse(raw, settings.max_request_messages)
+        # Validated on the reader's worker thread with the decode, for a large body: seconds of CPU at 20,000 messages.
+        body, chat = await reader.parsed(request, functools.partial(_parse, max_messages=settings.max_request_messages))
         route = settings.route(chat.model)
         if route is None:
             raise ModelNotFound(
@@ -133,14 +127,14 @@ def create_app(
             exc.headers.update({"x-context-id": identity.context_id, "x-context-mode": mode})
             raise
         if isinstance(result.answer, Completion):
-            return JSONResponse(result.answer.response, headers=result.headers)
+            return JSONAnswer(result.answer.response, headers=result.headers)
         return _EventStream(result.answer, drain, result.headers)
 
     responses_api = ResponsesIngress(settings, lambda: services.runner)
 
     async def responses(request: Request) -> Response:
         _authorize(request, settings)
-        body = decode_body(await _read_body(request, settings.max_request_bytes))
+        body = await reader.json(request)
         compact = request.url.path.endswith("/compact")
         return await responses_api.create(body, request.headers, _mode(request, settings), compact=compact)
 
@@ -151,7 +145,7 @@ def create_app(
     async def messages(request: Request) -> Response:
         try:
             _authorize(request, settings)
-            body = decode_body(await _read_body(request, settings.max_request_bytes))
+            body = await reader.json(request)
             if services.runner is None:
                 raise ProxyError("The proxy is still starting.", status=503, code="starting")
             return await anthropic.create_message(
@@ -163,7 +157,7 @@ def create_app(
     async def count_tokens(request: Request) -> Response:
         try:
             _authorize(request, settings)
-            body = decode_body(await _read_body(request, settings.max_request_bytes))
+            body = await reader.json(request)
             if services.runner is None:
                 raise ProxyError("The proxy is still starting.", status=503, code="starting")
             return await anthropic.count_tokens(body, request.headers, settings, services.runner)
@@ -176,14 +170,14 @@ def create_app(
             {"id": route.model_name, "object": "model", "created": 0, "owned_by": "context-proxy"}
             for route in settings.models
         ]
-        return JSONResponse({"object": "list", "data": data})
+        return JSONAnswer({"object": "list", "data": data})
 
     async def liveliness(request: Request) -> Response:
-        return JSONResponse({"status": "alive"})
+        return JSONAnswer({"status": "alive"})
 
     async def readiness(request: Request) -> Response:
         ready = services.runner is not None
-        return JSONResponse(
+        return JSONAnswer(
             {
                 "status": "ready" if ready else "starting",
                 "mode": settings.mode,
@@ -270,22 +264,8 @@ def _authorize(request: Request, settings: Settings) -> None:
     raise AuthenticationFailed("Missing or invalid API key: send Authorization: Bearer <key> or x-api-key: <key>.")
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The raw body, refusing oversized bodies before reading them whole."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise RequestTooLarge(f"The request body ({declared} bytes) exceeds the limit of {limit} bytes.")
-    raw = bytearray()
-    async for piece in request.stream():
-        raw.extend(piece)
-        if len(raw) > limit:
-            raise RequestTooLarge(f"The request body exceeds the limit of {limit} bytes.")
-    return bytes(raw)
-
-
-def _parse(raw: bytes, max_messages: int) -> tuple[dict[str, Any], ChatCompletionRequest]:
-    """Decode and validate a body (pure CPU: runs on a worker thread for large bodies)."""
-    body = decode_body(raw)
+def _parse(body: dict[str, Any], max_messages: int) -> tuple[dict[str, Any], ChatCompletionRequest]:
+    """Validate a decoded chat body (pure CPU: runs on the reader's worker thread for large bodies)."""
     messages = body.get("messages")
     if isinstance(messages, list) and len(messages) > max_messages:
         raise InvalidRequest(
@@ -343,17 +323,12 @@ async def _sse(chunks: AsyncIterator[dict[str, Any]], drain: Drain) -> AsyncIter
 
 
 def _event(data: dict[str, Any]) -> bytes:
-    text = json.dumps(data, ensure_ascii=False)
-    try:
-        encoded = text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate from upstream: escaped, the JSON stays valid
-        encoded = json.dumps(data).encode("ascii")
-    return b"data: " + encoded + b"\n\n"
+    return b"data: " + dumps(data) + b"\n\n"  # a lone surrogate from upstream is escaped: the JSON stays valid
 
 
 async def _proxy_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ProxyError)
-    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+    return JSONAnswer(exc.body(), status_code=exc.status, headers=exc.headers)
 
 
 _HTTP_ERROR_TYPES = {404: ("not_found_error", "not_found"), 405: ("invalid_request_error", "method_not_allowed")}
@@ -365,7 +340,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     error = ProxyError(
         f"{request.method} {request.url.path}: {exc.detail}", status=exc.status_code, type=kind, code=code
     )
-    return JSONResponse(error.body(), status_code=exc.status_code, headers=dict(exc.headers or {}))
+    return JSONAnswer(error.body(), status_code=exc.status_code, headers=dict(exc.headers or {}))
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> Response:
@@ -376,9 +351,9 @@ async def _unexpected_error(request: Request, exc: Exception) -> Response:
     return response
 
 
-def _internal_error(request: Request) -> JSONResponse:
+def _internal_error(request: Request) -> JSONAnswer:
     log.exception("unexpected error serving %s %s", request.method, request.url.path)
-    return JSONResponse(_internal_error_body(), status_code=500)
+    return JSONAnswer(_internal_error_body(), status_code=500)
 
 
 def _internal_error_body() -> dict[str, Any]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 
 from proxy.config import Mode, ModelRoute, Settings
 from proxy.context.types import TokenEstimator
@@ -26,6 +26,7 @@ from proxy.ingress.messages_request import Translation, to_chat
 from proxy.ingress.messages_response import to_message
 from proxy.ingress.messages_stream import message_events
 from proxy.ingress.messages_wire import parse_count_tokens_request, parse_messages_request
+from proxy.jsonio import JSONAnswer
 from proxy.runtime.turn import Completion, TurnRunner
 from proxy.wire import parse_chat_request
 
@@ -53,7 +54,7 @@ async def create_message(
         exc.headers.update({"x-context-id": identity.context_id, "x-context-mode": mode})
         raise
     if isinstance(result.answer, Completion):
-        return JSONResponse(to_message(result.answer.response, request.model), headers=result.headers)
+        return JSONAnswer(to_message(result.answer.response, request.model), headers=result.headers)
     events = message_events(result.answer, request.model, error_body, await _estimate(runner, route, translation))
     return StreamingResponse(events, media_type="text/event-stream", headers=result.headers)
 
@@ -64,7 +65,7 @@ async def count_tokens(body: Any, headers: Mapping[str, str], settings: Settings
     route = _route(settings, request.model)
     translation = to_chat(request, body, route, headers)
     parse_chat_request({**translation.body, "max_tokens": 1})
-    return JSONResponse({"input_tokens": await _estimate(runner, route, translation)})
+    return JSONAnswer({"input_tokens": await _estimate(runner, route, translation)})
 
 
 async def _estimate(runner: TurnRunner, route: ModelRoute, translation: Translation) -> int:

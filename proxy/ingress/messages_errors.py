@@ -11,9 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from starlette.responses import JSONResponse
-
 from proxy.errors import AssemblyFailed, ContextOverflow, InvalidRequest, ProxyError
+from proxy.jsonio import JSONAnswer
 
 _TYPE_BY_STATUS = {
     400: "invalid_request_error",
@@ -42,9 +41,9 @@ def error_body(exc: ProxyError) -> dict[str, Any]:
     return {"type": "error", "error": {"type": kind, "message": exc.message}}
 
 
-def error_response(exc: ProxyError) -> JSONResponse:
+def error_response(exc: ProxyError) -> JSONAnswer:
     """The JSON response for ``exc``, with its headers (``retry-after``, ``x-context-id``)."""
-    return JSONResponse(error_body(exc), status_code=anthropic_status(exc), headers=exc.headers)
+    return JSONAnswer(error_body(exc), status_code=anthropic_status(exc), headers=exc.headers)
 
 
 def prompt_too_long(exc: ContextOverflow | AssemblyFailed, limit: int, estimate: int) -> InvalidRequest:

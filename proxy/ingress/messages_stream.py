@@ -10,17 +10,17 @@ error mid-stream becomes Anthropic's ``error`` event.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from proxy.errors import ProxyError
 from proxy.ingress.messages_response import message_id, stop_reason, usage
+from proxy.jsonio import dumps
 
 
-def sse(event: dict[str, Any]) -> str:
+def sse(event: dict[str, Any]) -> bytes:
     """One server-sent event, named by its ``type`` as Anthropic names them."""
-    return f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
+    return b"event: " + str(event["type"]).encode() + b"\ndata: " + dumps(event) + b"\n\n"
 
 
 class _Blocks:
@@ -111,7 +111,7 @@ async def message_events(
     model: str,
     render_error: Callable[[ProxyError], dict[str, Any]],
     estimated_input: int = 0,
-) -> AsyncIterator[str]:
+) -> AsyncIterator[bytes]:
     """The SSE text of an Anthropic stream for these chat chunks; ``render_error`` shapes a mid-stream error.
     ``estimated_input`` is the ``message_start`` input count until the provider's own arrives at the end."""
     blocks = _Blocks()

@@ -8,11 +8,10 @@ The request is translated to the canonical chat body (``responses.py``) and serv
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 
 from proxy.config import Mode, ModelRoute, Settings
 from proxy.context.checkpoint import Checkpoint
@@ -39,6 +38,7 @@ from proxy.ingress.responses_output import (
     usage_of,
 )
 from proxy.ingress.responses_stream import ResponseStream
+from proxy.jsonio import JSONAnswer, dumps
 from proxy.runtime.turn import Completion, TurnRunner
 from proxy.session.store import SessionBusy
 
@@ -127,7 +127,7 @@ class ResponsesIngress:
             incomplete_reason=reason,
         )
         await remember(response, message)
-        return JSONResponse(response, headers=result.headers)
+        return JSONAnswer(response, headers=result.headers)
 
     async def retrieve(self, response_id: str) -> Response:
         """``GET /v1/responses/{id}``: a stored response (never one created with ``store: false``)."""
@@ -140,7 +140,7 @@ class ResponsesIngress:
                 code="response_not_found",
                 param="response_id",
             )
-        return JSONResponse(record.response, headers={"x-context-id": record.context_id})
+        return JSONAnswer(record.response, headers={"x-context-id": record.context_id})
 
     async def _previous(self, records: ResponseRecords, request: ResponsesRequest) -> ResponseRecord | None:
         if request.previous_response_id is None:
@@ -244,7 +244,7 @@ class ResponsesIngress:
         if compact_endpoint or not request.stream:
             if compact_endpoint:
                 response["object"] = "response.compaction"
-            return JSONResponse(response, headers=headers)
+            return JSONAnswer(response, headers=headers)
         return StreamingResponse(_sse(_compaction_events(response)), media_type="text/event-stream", headers=headers)
 
 
@@ -274,7 +274,7 @@ async def _compaction_events(response: dict[str, Any]) -> AsyncIterator[dict[str
         yield {**event, "sequence_number": number}
 
 
-async def _sse(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
+async def _sse(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
     """Each event as ``event: <type>`` + ``data: <json>`` (no ``[DONE]``: the Responses API has none)."""
     async for event in events:
-        yield f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
+        yield b"event: " + str(event["type"]).encode() + b"\ndata: " + dumps(event) + b"\n\n"

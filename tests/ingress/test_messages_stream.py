@@ -25,7 +25,8 @@ async def events_of(chunks: list[dict[str, Any]], fail: bool = False) -> list[di
         if fail:
             raise ProviderError("upstream broke", status=503)
 
-    text = "".join([piece async for piece in message_events(source(), "m", error_body, estimated_input=42)])
+    pieces = [piece async for piece in message_events(source(), "m", error_body, estimated_input=42)]
+    text = b"".join(pieces).decode()
     return [json.loads(frame.split("data: ", 1)[1]) for frame in text.strip().split("\n\n")]
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import sys
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.errors import InvalidRequest
-from proxy.request_body import MAX_DEPTH, decode_body
+from proxy.request_body import MAX_DEPTH, _decode_reference, _replace_surrogate_escapes, decode_body
 
 
 def _nested(depth: int) -> bytes:
@@ -76,3 +77,50 @@ def _clean(value):
     if isinstance(value, dict):
         return {_clean(k): _clean(v) for k, v in value.items()}
     return value
+
+
+# What orjson (the fast decoder) is handed: every odd input above must mean what the standard library says.
+_ODD_TEXT = st.text(alphabet=st.sampled_from(["\\", '"', "u", "d", "8", "0", "c", "\U0001f600", "\ud800", "\udc00"]))
+
+
+@given(st.lists(_ODD_TEXT, max_size=4), st.booleans())
+def test_escaped_lone_surrogates_are_rewritten_before_orjson_reads_them(texts, ascii_only):
+    body = {"texts": texts, **{text: 1 for text in texts}}
+    raw = json.dumps(body, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
+    if not ascii_only and any(_has_surrogate(text) for text in texts):
+        raw = json.dumps(body).encode()  # raw surrogates are not UTF-8 at all: only escapes reach a decoder
+    expected = _decode_reference(raw, MAX_DEPTH)  # the standard library's reading, surrogates replaced after it
+    assert orjson.loads(_replace_surrogate_escapes(raw)) == expected  # orjson itself accepts the rewrite
+    assert decode_body(raw) == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (b'{"a": "\\\\ud800"}', {"a": "\\ud800"}),  # an escaped backslash, then text
+        (b'{"a": "\\\\\\ud800"}', {"a": "\\\ufffd"}),  # an escaped backslash, then an escape
+        (b'{"a": "\\\\ud800\\udc00"}', {"a": "\\ud800\ufffd"}),  # ... then text, then a lone low half
+        (b'{"a": "\\udc00\\udc00"}', {"a": "\ufffd\ufffd"}),  # two lone low halves
+        (b'{"a": "\\ud800\\ud83d\\ude00"}', {"a": "\ufffd\U0001f600"}),  # a lone high half, then a pair
+    ],
+)
+def test_backslashes_before_a_surrogate_escape_decide_whether_it_is_one(raw, expected):
+    assert orjson.loads(_replace_surrogate_escapes(raw)) == expected  # the rewrite alone, read by orjson
+    assert decode_body(raw) == expected == _decode_reference(raw, MAX_DEPTH)
+
+
+@pytest.mark.parametrize("number", [2**64, 2**70, -(2**63) - 1, 10**30, -(10**30)])
+def test_integers_beyond_64_bits_stay_exact_integers(number):
+    # orjson would read them as floats; the body goes to the standard library, which keeps them exact.
+    body = decode_body(b'{"seed": %d, "n": [%d]}' % (number, number))
+    assert body == {"seed": number, "n": [number]}
+    assert isinstance(body["seed"], int)
+
+
+def test_the_largest_64_bit_integers_and_ordinary_floats_decode_unchanged():
+    raw = b'{"a": 18446744073709551615, "b": -9223372036854775808, "c": 0.1, "d": 1e300, "e": -0}'
+    assert decode_body(raw) == json.loads(raw)
+
+
+def _has_surrogate(text: str) -> bool:
+    return any(0xD800 <= ord(c) <= 0xDFFF for c in text)

@@ -1,0 +1,21 @@
+"""The plumbing levers' measures run and report what the report prints (small sizes: a smoke test)."""
+
+from __future__ import annotations
+
+from bench.levers import chat_body, gc_freeze_lever, orjson_lever
+
+
+def test_the_orjson_lever_times_both_codecs_on_the_same_body():
+    figures = orjson_lever(messages=20, repeats=1)
+    assert figures["body_bytes"] > 20 * 2_000  # the body it names is the one built, ~2.5 kB a message
+    assert len(chat_body(20)["messages"]) == 20
+    for key in ("stdlib_parse_ms", "orjson_parse_ms", "stdlib_encode_ms", "orjson_encode_ms"):
+        assert figures[key] > 0
+    saved = figures["stdlib_parse_ms"] + figures["stdlib_encode_ms"] - figures["orjson_parse_ms"]
+    assert figures["saved_ms"] == round(saved - figures["orjson_encode_ms"], 3)
+
+
+def test_the_gc_freeze_lever_freezes_litellm_s_objects_in_a_fresh_process():
+    figures = gc_freeze_lever(live_objects=100, repeats=2)
+    assert figures["frozen_objects"] > 100_000
+    assert figures["collect_unfrozen_ms"] > figures["collect_frozen_ms"]
