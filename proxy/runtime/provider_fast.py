@@ -19,6 +19,7 @@ Streams are served by ``acompletion`` too: its stream wrapper's chunk normalizat
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import httpx
@@ -100,6 +101,9 @@ class FastPath:
             return False
         if not isinstance(llm_input.get("api_key"), str) or not isinstance(llm_input.get("messages"), list):
             return False
+        timeout = llm_input.get("timeout")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):  # a string or httpx.Timeout
+            return False
         if self._litellm.OpenAIConfig.get_config():  # an operator's module-level OpenAI defaults
             return False
         info = self._litellm.model_cost.get(model.removeprefix("openai/")) or {}
@@ -112,15 +116,22 @@ class FastPath:
 
     async def complete(self, llm_input: dict[str, Any], timeout: float) -> Any:
         """One provider call; returns litellm's ``ModelResponse`` or raises a litellm exception."""
+        timeout = float(timeout)  # litellm resolves a route's timeout to a float (and says so in its errors)
         model, data, url, headers = self._build(llm_input)
         if self._client is None:
             limits = httpx.Limits(max_connections=_MAX_CONNECTIONS, max_keepalive_connections=_MAX_CONNECTIONS)
             self._client = httpx.AsyncClient(limits=limits, follow_redirects=False)
+        started = time.time()
         try:
-            response = await self._client.post(
-                url, json=data, headers=headers, timeout=httpx.Timeout(float(timeout))
-            )
-            return self._answer(model, data, response)
+            try:
+                response = await self._client.post(url, json=data, headers=headers, timeout=httpx.Timeout(timeout))
+            except httpx.TimeoutException as exc:  # the SDK's error, with the words litellm adds to it
+                error = openai.APITimeoutError(request=_sdk(exc.request))
+                error.message += f" - timeout value={timeout}, time taken={round(time.time() - started, 2)} seconds"
+                raise error from exc
+            except httpx.TransportError as exc:
+                raise openai.APIConnectionError(request=_sdk(exc.request)) from exc
+            return self._answer(data, response)
         except Exception as exc:  # mapped the way litellm maps its own call's failures
             raise self._mapped(model, exc) from exc
 
@@ -175,7 +186,7 @@ class FastPath:
         )
         return model, body, url, headers
 
-    def _answer(self, model: str, data: dict[str, Any], response: httpx.Response) -> Any:
+    def _answer(self, data: dict[str, Any], response: httpx.Response) -> Any:
         p = self._parts
         if response.status_code >= 400:
             error = _sdk_status_error(response)
@@ -212,11 +223,8 @@ class FastPath:
 
     def _mapped(self, model: str, exc: Exception) -> Exception:
         """``exc`` as litellm's handler and ``exception_type`` would have raised it."""
-        if isinstance(exc, httpx.TimeoutException):
-            exc = _chained(openai.APITimeoutError(request=exc.request), exc)
-        elif isinstance(exc, httpx.TransportError):
-            exc = _chained(openai.APIConnectionError(request=exc.request), exc)
-        if isinstance(exc, openai.APIError):
+        # litellm's handler wraps whatever its call raised (an SDK error, a failed conversion) this way
+        if not isinstance(exc, self._parts["OpenAIError"]):
             wrapped = self._parts["OpenAIError"](
                 status_code=getattr(exc, "status_code", 500),
                 message=getattr(exc, "message", str(exc)),
@@ -232,6 +240,12 @@ class FastPath:
         except Exception as raised:  # exception_type raises its answer rather than returning it
             mapped = raised
         return mapped
+
+
+def _sdk(value: Any) -> Any:
+    """An httpx request or response handed to the openai SDK's exceptions, which are typed for its own
+    httpx fork (``httpx2``) but only read the attributes both share (status, headers, body)."""
+    return value
 
 
 def _chained(new: Exception, cause: BaseException) -> Exception:
@@ -266,7 +280,7 @@ def _sdk_status_error(response: httpx.Response) -> Exception:
     cls = classes.get(response.status_code) or (
         openai.InternalServerError if response.status_code >= 500 else openai.APIStatusError
     )
-    error_instance: Exception = cls(message, response=response, body=data)
+    error_instance: Exception = cls(message, response=_sdk(response), body=data)
     return error_instance
 
 
