@@ -221,16 +221,27 @@ async def test_an_overflow_is_still_a_context_overflow(provider: Any) -> None:
             "api_key": "k",
             "messages": [{"role": "developer", "content": "d"}],
         },
+        {"model": "openai/test", "api_base": "http://h/v1", "api_key": "k", "timeout": "30"},
     ],
-    ids=["anthropic", "no-api-base", "extra-headers", "stream", "reasoning", "image", "tool-extras", "developer"],
+    ids=[
+        "anthropic",
+        "no-api-base",
+        "extra-headers",
+        "stream",
+        "reasoning",
+        "image",
+        "tool-extras",
+        "developer",
+        "timeout",
+    ],
 )
 def test_what_the_fast_path_leaves_to_acompletion(llm_input: dict[str, Any]) -> None:
     backend = LiteLLMBackend(timeout_seconds=5)
     assert backend._fast is not None
-    assert not backend._fast.accepts({"messages": [{"role": "user", "content": "hi"}], **llm_input})
-    assert backend._fast.accepts(
-        {"model": "openai/test", "api_base": "http://h/v1", "api_key": "k", "messages": HISTORY, "tools": TOOLS}
-    )
+    # as the backend hands a call over: with its time-out and no-retry arguments
+    assert not backend._fast.accepts(backend._arguments({"messages": [{"role": "user", "content": "hi"}], **llm_input}))
+    plain = {"model": "openai/test", "api_base": "http://h/v1", "api_key": "k", "messages": HISTORY, "tools": TOOLS}
+    assert backend._fast.accepts(backend._arguments(plain))
 
 
 def test_litellm_still_has_what_the_fast_path_uses() -> None:
