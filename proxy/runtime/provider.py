@@ -10,12 +10,15 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from proxy.errors import ProviderError, ProxyError
 from proxy.offline import prepare_offline_environment
 from proxy.runtime.provider_errors import translate_provider_error
 from proxy.runtime.serialize import StreamSerializer, response_to_openai
+
+if TYPE_CHECKING:
+    from proxy.runtime.provider_fast import FastPath
 
 
 class ProviderBackend(Protocol):
@@ -29,9 +32,12 @@ class ProviderBackend(Protocol):
 
 
 class LiteLLMBackend:
-    """The default backend: every call goes through ``litellm.acompletion``."""
+    """The default backend: litellm adapts every call. A plain OpenAI-compatible completion goes through
+    litellm's transformation layer over one pooled client (``provider_fast``); the rest through
+    ``litellm.acompletion``. ``fast_path=False`` sends everything through ``acompletion`` (benchmarks,
+    the tests that compare both paths)."""
 
-    def __init__(self, timeout_seconds: float) -> None:
+    def __init__(self, timeout_seconds: float, *, fast_path: bool = True) -> None:
         prepare_offline_environment()
         import litellm  # deferred: importing litellm costs seconds and must follow the offline set-up
 
@@ -39,10 +45,18 @@ class LiteLLMBackend:
         logging.getLogger("LiteLLM").setLevel(logging.WARNING)  # not one INFO line per call
         self._litellm = litellm
         self._timeout = timeout_seconds
+        self._fast: FastPath | None = None
+        if fast_path:
+            from proxy.runtime.provider_fast import FastPath
+
+            self._fast = FastPath(litellm)
 
     async def aclose(self) -> None:
-        """Close the provider connections litellm opened on this event loop; call on shutdown, on that loop."""
+        """Close the provider connections litellm opened on this event loop, and the fast path's pool;
+        call on shutdown, on that loop."""
         await close_loop_clients(self._litellm)
+        if self._fast is not None:
+            await self._fast.aclose()
 
     def model_map_limits(self, model: str) -> tuple[int | None, int | None]:
         """(max input tokens, max output tokens) from litellm's bundled model map; ``None`` where unknown."""
@@ -65,8 +79,12 @@ class LiteLLMBackend:
 
     async def complete(self, llm_input: dict[str, Any]) -> dict[str, Any]:
         """Call the provider once and return its answer as an OpenAI response dict."""
+        arguments = self._arguments(llm_input)
         try:
-            response = await self._litellm.acompletion(**self._arguments(llm_input))
+            if self._fast is not None and self._fast.accepts(arguments):
+                response = await self._fast.complete(arguments, arguments["timeout"])
+            else:
+                response = await self._litellm.acompletion(**arguments)
         except ProxyError:
             raise
         except Exception as exc:  # the boundary: every provider failure is translated here

@@ -107,7 +107,10 @@ def provider_recorder(proxy_url: str) -> vcr.VCR:
         return request
 
     def stable_response(response: dict[str, Any]) -> dict[str, Any]:
-        response["headers"] = {k: v for k, v in response["headers"].items() if k.lower() == "content-type"}
+        # One spelling of the name: aiohttp (litellm's transport) keeps the server's "Content-Type",
+        # httpx (the provider fast path) lowercases it, and a re-record must not depend on which one ran.
+        kept = [v for k, v in response["headers"].items() if k.lower() == "content-type"]
+        response["headers"] = {"Content-Type": kept[0]} if kept else {}
         return response
 
     recorder = vcr.VCR(
