@@ -344,6 +344,7 @@ def turn_detail(record: Mapping[str, Any], values: Values) -> dict[str, Any]:
             values.add(d)
             for d in [
                 *_items(collection, "diagnostics"),
+                *_items(_pick(record, "cap"), "diagnostics"),
                 *_items(admitted, "diagnostics"),
                 *_items(window, "diagnostics"),
             ]
@@ -358,6 +359,7 @@ def turn_detail(record: Mapping[str, Any], values: Values) -> dict[str, Any]:
                 "thresholdTokens",
                 "targetTokens",
                 "compactedRefs",
+                "reappliedRefs",
                 "summarizedMessages",
                 "attempts",
                 "rejections",
@@ -377,6 +379,7 @@ def turn_detail(record: Mapping[str, Any], values: Values) -> dict[str, Any]:
         "candidate": [values.add(m) for m in candidate] if isinstance(candidate, list) else None,
         "sent": [values.add(m) for m in sent] if isinstance(sent, list) else None,
         "providerError": _pick(record, "providerError"),
+        "assemblyError": _pick(record, "assemblyError"),
         "recovery": _pick(record, "recovery"),
         "ingress": _pick(record, "ingress"),
     }
