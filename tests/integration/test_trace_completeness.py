@@ -114,6 +114,9 @@ def test_the_report_counts_assembly_failures(start_proxy, provider, tmp_path):
     assert session["assemblyFailures"] == failed and session["modelCalls"] == 2
     assert f'data-key="assemblyFailures">{failed}</td>' in page
     assert [bool(t["assemblyError"]) for t in session["turns"]] == [False, True]
+    # Nothing was sent for the failed turn: its tokens count on neither side of the savings.
+    (answered,) = [t for t in _traces(folder, "mixed") if "llmInput" in t]
+    assert (session["clientTokens"], session["proxyTokens"]) == (answered["clientTokens"], answered["estimatedTokens"])
 
 
 @pytest.fixture
