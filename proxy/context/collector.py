@@ -41,6 +41,15 @@ class InvalidOutput(ValueError):
     """A contributor's output broke the contract; the message says how."""
 
 
+class ProtectedContributorFailed(AssemblyFailed):
+    """A protected contributor failed: the turn cannot be assembled. ``runs`` are every contributor's
+    runs (the failed ones among them), kept so the failed turn's trace can say what each one did."""
+
+    def __init__(self, message: str, runs: tuple[ContributorRun, ...]) -> None:
+        super().__init__(message)
+        self.runs = runs
+
+
 @dataclass(frozen=True)
 class ContributorRun:
     """One contributor's run: what it returned, how long it took, and what became of it."""
@@ -81,7 +90,7 @@ async def collect_detailed(
     ``keep_raw`` keeps a plain copy of each raw output for the trace; without traces it is wasted work.
 
     A failing (error, timeout, invalid) optional contributor becomes a diagnostic; a failing protected
-    one raises :class:`~proxy.errors.AssemblyFailed` naming it, after all runs finished.
+    one raises :class:`ProtectedContributorFailed` (an ``AssemblyFailed``) naming it, after all runs finished.
     """
     # Each contributor sees its own options only.
     runs = list(
@@ -102,7 +111,7 @@ async def collect_detailed(
     failed_protected = [r for r in runs if r.protected and r.status != "ok"]
     if failed_protected:
         names = "; ".join(f"{r.contributor_id} ({r.status}: {r.error})" for r in failed_protected)
-        raise AssemblyFailed(f"protected context contributor failed: {names}")
+        raise ProtectedContributorFailed(f"protected context contributor failed: {names}", tuple(runs))
     diagnostics: list[Diagnostic] = []
     for run in runs:
         if run.status != "ok":

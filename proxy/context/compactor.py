@@ -89,7 +89,8 @@ class CompactionTrace:
     tokens_before: int
     tokens_after: int = 0
     reused_checkpoint: str | None = None
-    compacted_refs: list[str] = field(default_factory=list)
+    compacted_refs: list[str] = field(default_factory=list)  # bodies this pass previewed for the first time
+    reapplied_refs: list[str] = field(default_factory=list)  # bodies previewed again as earlier turns decided
     summary_source_tokens: int = 0  # of the last summarization round (previous checkpoint included)
     checkpoint_tokens: int = 0  # of the accepted checkpoint message
     attempts: int = 0
@@ -284,8 +285,8 @@ class HistoryCompactor:
             trace.reused_checkpoint = best[1].covers_hash
         for i in range(work.start, len(work.entries)):
             ref = work.entries[i].tool_output_ref
-            if ref in previewed and i not in work.visible:
-                self._try_preview(work, i)
+            if ref is not None and ref in previewed and i not in work.visible and self._try_preview(work, i):
+                trace.reapplied_refs.append(ref)
 
     def _try_preview(self, work: _Working, i: int) -> bool:
         ref = work.entries[i].tool_output_ref

@@ -11,6 +11,7 @@ port. Contributor output is call-local and never enters the history handed back.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from typing import Any
 from proxy.canonical import HistoryEntry
 from proxy.context.budget import BudgetResult, apply_context_budget
 from proxy.context.checkpoint import Checkpoint
-from proxy.context.collector import Collection, collect_detailed
+from proxy.context.collector import Collection, ContributorRun, ProtectedContributorFailed, collect_detailed
 from proxy.context.compactor import CompactionTrace, HistoryCompactor, Summarizer
 from proxy.context.composer import DefaultContextMessageComposer
 from proxy.context.estimators import TurnEstimator
@@ -28,9 +29,10 @@ from proxy.context.previews import READ_TOOL_OUTPUT
 from proxy.context.registry import ContextContributorRegistry
 from proxy.context.renderer import DeterministicSystemPromptRenderer, RenderedPrompt
 from proxy.context.state import PLAN, StateConfig, with_visibility
-from proxy.context.types import ContributionRequest, Scope, TokenEstimator
+from proxy.context.types import ContributionRequest, Diagnostic, Scope, TokenEstimator
 from proxy.context.validator import ContextValidator
 from proxy.context.window import AtomicHistoryWindowPolicy, WindowResult
+from proxy.errors import AssemblyFailed
 
 _CLIENT_INSTRUCTION_ROLES = ("system", "developer")
 _MAX_PASSES = 3  # the first, after compaction, after the window: each only when the visible history changed
@@ -48,6 +50,22 @@ class PipelineConfig:
     # The full stage record (raw contributor output, the collection, the rendered context) is for trace
     # files; without them the turn records only what the runtime needs (compaction, plan progress).
     detailed_trace: bool = True
+
+    def budgets(self, limit: int) -> ContextBudgets:
+        """The token budgets of contributed context for an effective input limit of ``limit`` tokens."""
+        return ContextBudgets(
+            prompt_tokens=max(1, limit * self.prompt_percent // 100),
+            message_tokens=max(1, limit * self.message_percent // 100),
+        )
+
+
+@dataclass(frozen=True)
+class ContextBudgets:
+    """What contributed context may cost in one call: the system prompt's sections (``prompt_tokens``),
+    and the contributor messages and attachments together (``message_tokens``)."""
+
+    prompt_tokens: int
+    message_tokens: int
 
 
 @dataclass(frozen=True)
@@ -114,6 +132,66 @@ class AssemblyRecord:
     collection: Collection | None = None
     admitted: BudgetResult | None = None
     rendered: RenderedContext | None = None
+    budgets: ContextBudgets | None = None  # None: recorded by something that knows no budgets (tests)
+    cap_diagnostics: tuple[Diagnostic, ...] = ()  # the message-count cap's notes
+
+
+@dataclass(frozen=True)
+class FailedAssembly:
+    """How far the pipeline got when a stage failed: what the failed call's trace can still say.
+
+    ``stage`` is where it failed (``collect``: a protected contributor; ``budget``: protected sections
+    over the prompt budget; ``window``: the kept minimum over the limit; ``validate``: the composed
+    input). ``runs`` are the contributors' runs of the last pass (empty if none ran); ``collection``
+    that pass's validated collection (``None`` without detailed traces or when collecting failed).
+    """
+
+    stage: str
+    budgets: ContextBudgets
+    cap_dropped_messages: int
+    cap_max: int | None
+    cap_diagnostics: tuple[Diagnostic, ...]
+    runs: tuple[ContributorRun, ...]
+    collection: Collection | None
+    assembly_ms: float
+
+
+class PipelineFailed(AssemblyFailed):
+    """A stage's ``AssemblyFailed``, unchanged for the client (same message, status and code), with the
+    pipeline's ``record`` of how far it got, for the trace."""
+
+    def __init__(self, cause: AssemblyFailed, record: FailedAssembly) -> None:
+        super().__init__(cause.message, status=cause.status, type=cause.type, code=cause.code, param=cause.param)
+        self.headers = cause.headers
+        self.record = record
+
+
+@dataclass
+class _Progress:
+    """Where one assembly is, kept as it goes so that a failure can be recorded (``FailedAssembly``)."""
+
+    started: float
+    budgets: ContextBudgets
+    stage: str = "cap"
+    cap_dropped_messages: int = 0
+    cap_diagnostics: tuple[Diagnostic, ...] = ()
+    collection: Collection | None = None
+
+    def failed(self, cause: AssemblyFailed, cap_max: int | None, detailed: bool) -> FailedAssembly:
+        if isinstance(cause, ProtectedContributorFailed):
+            runs = cause.runs
+        else:
+            runs = self.collection.runs if self.collection is not None else ()
+        return FailedAssembly(
+            stage=self.stage,
+            budgets=self.budgets,
+            cap_dropped_messages=self.cap_dropped_messages,
+            cap_max=cap_max,
+            cap_diagnostics=self.cap_diagnostics,
+            runs=runs if detailed else tuple(dataclasses.replace(r, raw_output=None) for r in runs),
+            collection=self.collection if detailed else None,
+            assembly_ms=round((time.perf_counter() - self.started) * 1000, 3),
+        )
 
 
 @dataclass(frozen=True)
@@ -144,8 +222,17 @@ class ContextPipeline:
         self._config = config or PipelineConfig()
 
     async def assemble(self, inp: AssemblyInput, summarizer: Summarizer | None = None) -> AssemblyOutput:
-        """Assemble one call's input; raises ``AssemblyFailed`` when the minimum does not fit."""
-        started = time.perf_counter()
+        """Assemble one call's input; raises ``PipelineFailed`` (an ``AssemblyFailed``, with the record of
+        how far it got) when the minimum does not fit."""
+        progress = _Progress(time.perf_counter(), self._config.budgets(inp.limit))
+        try:
+            return await self._assemble(inp, summarizer, progress)
+        except AssemblyFailed as failed:
+            record = progress.failed(failed, self._config.max_history_messages, self._config.detailed_trace)
+            raise PipelineFailed(failed, record) from failed
+
+    async def _assemble(self, inp: AssemblyInput, summarizer: Summarizer | None, progress: _Progress) -> AssemblyOutput:
+        started = progress.started
         estimator = TurnEstimator(inp.estimator or self._estimator)
         # The history is named by chain hashes: its unchanged prefix is counted by name, not hashed again.
         estimator.name_history(inp.history)
@@ -156,13 +243,14 @@ class ContextPipeline:
         instructions = [r for r in inp.history if _is_instruction(r.message)] if owned else []
         records = [r for r in inp.history if not instructions or not _is_instruction(r.message)]
         cap = apply_message_count_cap([r.message for r in records], self._config.max_history_messages)
+        progress.cap_dropped_messages, progress.cap_diagnostics = cap.dropped_messages, cap.diagnostics
         kept = [records[i] for i in cap.kept_indices]
         history: list[dict[str, Any]] = [dict(r.message) for r in kept]
 
         # Contributors see the client's instructions first, then the visible history.
         leading = [r.message for r in instructions]
         tools = list(inp.tools)
-        stage = await self._pass(registry, inp, leading, history, tools, estimator)
+        stage = await self._pass(registry, inp, leading, history, tools, estimator, progress)
         # Compaction plans as if the reference tools were offered: they may be, once it is done.
         compaction = await self._compactor.compact(
             kept,
@@ -190,8 +278,9 @@ class ContextPipeline:
         while True:
             if changed:
                 visible = upcoming
-                stage = await self._pass(registry, inp, leading, visible, tools, estimator)
+                stage = await self._pass(registry, inp, leading, visible, tools, estimator, progress)
                 passes += 1
+            progress.stage = "window"
             window = AtomicHistoryWindowPolicy().apply(
                 window_history,
                 limit_tokens=inp.limit - stage.fixed_tokens(tools, estimator, inp.nonce),
@@ -215,6 +304,7 @@ class ContextPipeline:
             nonce=inp.nonce,
             section_ids=prompt.section_ids,
         )
+        progress.stage = "validate"
         estimated = ContextValidator().validate(
             composed,
             limit_tokens=inp.limit,
@@ -248,6 +338,8 @@ class ContextPipeline:
                 if detailed
                 else None
             ),
+            budgets=progress.budgets,
+            cap_diagnostics=cap.diagnostics,
         )
         return AssemblyOutput(
             messages=[dict(m) for m in composed.messages],
@@ -290,14 +382,18 @@ class ContextPipeline:
         visible: Sequence[Mapping[str, Any]],
         tools: Sequence[Mapping[str, Any]],
         estimator: TokenEstimator,
+        progress: _Progress,
     ) -> _Pass:
         """One pass over ``visible``: run state, collect, admit within the budgets, render the prompt."""
         # Visibility is judged once per pass, so contributors need not each redo it.
         state = with_visibility(inp.state, visible, self._config.state) if inp.state else inp.state
+        progress.stage = "collect"
         collection = await self._collect(registry, inp, [*leading, *visible], state, tools)
-        prompt_budget = max(1, inp.limit * self._config.prompt_percent // 100)
-        message_budget = max(1, inp.limit * self._config.message_percent // 100)
-        admitted = apply_context_budget(collection, prompt_budget, message_budget, estimator, nonce=inp.nonce)
+        progress.stage, progress.collection = "budget", collection
+        budgets = progress.budgets
+        admitted = apply_context_budget(
+            collection, budgets.prompt_tokens, budgets.message_tokens, estimator, nonce=inp.nonce
+        )
         return _Pass(state, collection, admitted, DeterministicSystemPromptRenderer().render(admitted.sections))
 
 

@@ -173,6 +173,10 @@ class RecordingBackend:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)  # model_map_limits and whatever else the wrapped backend offers
 
+    def provider_arguments(self, llm_input: dict[str, Any]) -> dict[str, Any]:
+        """What the wrapped backend calls the provider with (recording adds nothing)."""
+        return self._inner.provider_arguments(llm_input)
+
     async def complete(self, llm_input: dict[str, Any]) -> dict[str, Any]:
         """The wrapped backend's answer, recorded."""
         capture = _ACTIVE.get()

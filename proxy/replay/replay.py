@@ -87,6 +87,10 @@ class ReplayBackend:
 
         return LiteLLMBackend(timeout_seconds=1).model_map_limits(model)
 
+    def provider_arguments(self, llm_input: dict[str, Any]) -> dict[str, Any]:
+        """``llm_input`` as it is: replay answers from the recording and calls no provider."""
+        return dict(llm_input)
+
     def _start(self, llm_input: dict[str, Any]) -> ReplayedCall:
         key = current_tag().key
         index = self._counts[key]

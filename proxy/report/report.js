@@ -94,6 +94,7 @@
     box.appendChild(detail.checkpoint === null || detail.checkpoint === undefined ? el("p", "note", "no checkpoint in the candidate") : message(values[detail.checkpoint] || {}));
     box.appendChild(el("h3", "", "Budgets"));
     box.appendChild(kv(detail.budgets));
+    if (detail.assemblyError) { box.appendChild(el("h3", "bad", "Assembly failed (nothing was sent)")); box.appendChild(kv(detail.assemblyError)); }
     if (detail.providerError) { box.appendChild(el("h3", "bad", "Provider error")); box.appendChild(kv(detail.providerError)); }
     if (detail.recovery) { box.appendChild(el("h3", "", "Recovery")); box.appendChild(kv(detail.recovery)); }
     if (detail.ingress) { box.appendChild(el("h3", "", "Ingress")); box.appendChild(kv(detail.ingress)); }

@@ -80,7 +80,10 @@ class TurnSummary:
 
     @property
     def proxy_tokens(self) -> int | None:
-        """What the proxy sent (dynamic) or would have sent (shadow); the client's request in legacy."""
+        """What the proxy sent (dynamic) or would have sent (shadow); the client's request in legacy;
+        ``None`` when the assembly failed (nothing was sent)."""
+        if self.assembly_error:
+            return None
         return self.candidate_tokens if self.candidate_tokens is not None else self.client_tokens
 
     @property
@@ -143,14 +146,15 @@ class SessionSummary:
 
     @property
     def client_tokens(self) -> int | None:
-        """Tokens of the client's requests, summed over the calls that record them (``None``: none do)."""
-        known = [t.client_tokens for t in self.turns if t.client_tokens is not None]
+        """Tokens of the client's requests, summed over the calls that record them (``None``: none do).
+        A failed assembly sent nothing in any mode: it counts on neither side."""
+        known = [t.client_tokens for t in self.turns if t.client_tokens is not None and not t.assembly_error]
         return sum(known) if known else None
 
     @property
     def proxy_tokens(self) -> int | None:
         """Tokens the proxy sent or would have sent, over the same calls as ``client_tokens``."""
-        known = [t.proxy_tokens or 0 for t in self.turns if t.client_tokens is not None]
+        known = [t.proxy_tokens or 0 for t in self.turns if t.client_tokens is not None and not t.assembly_error]
         return sum(known) if known else None
 
     @property
@@ -344,6 +348,7 @@ def turn_detail(record: Mapping[str, Any], values: Values) -> dict[str, Any]:
             values.add(d)
             for d in [
                 *_items(collection, "diagnostics"),
+                *_items(_pick(record, "cap"), "diagnostics"),
                 *_items(admitted, "diagnostics"),
                 *_items(window, "diagnostics"),
             ]
@@ -358,6 +363,7 @@ def turn_detail(record: Mapping[str, Any], values: Values) -> dict[str, Any]:
                 "thresholdTokens",
                 "targetTokens",
                 "compactedRefs",
+                "reappliedRefs",
                 "summarizedMessages",
                 "attempts",
                 "rejections",
@@ -377,6 +383,7 @@ def turn_detail(record: Mapping[str, Any], values: Values) -> dict[str, Any]:
         "candidate": [values.add(m) for m in candidate] if isinstance(candidate, list) else None,
         "sent": [values.add(m) for m in sent] if isinstance(sent, list) else None,
         "providerError": _pick(record, "providerError"),
+        "assemblyError": _pick(record, "assemblyError"),
         "recovery": _pick(record, "recovery"),
         "ingress": _pick(record, "ingress"),
     }

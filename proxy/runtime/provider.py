@@ -22,7 +22,12 @@ if TYPE_CHECKING:
 
 
 class ProviderBackend(Protocol):
-    """Calls the model. ``llm_input`` is exactly the keyword arguments for ``litellm.acompletion``."""
+    """Calls the model. ``llm_input`` is the runner's keyword arguments for ``litellm.acompletion``; a
+    backend may add its own (``provider_arguments`` says which, so the trace can show them)."""
+
+    def provider_arguments(self, llm_input: dict[str, Any]) -> dict[str, Any]:
+        """The keyword arguments a call with ``llm_input`` is made with: ``llm_input`` plus what this
+        backend adds. Must not change ``llm_input``."""
 
     async def complete(self, llm_input: dict[str, Any]) -> dict[str, Any]:
         """A whole chat completion as an OpenAI response dict."""
@@ -66,7 +71,8 @@ class LiteLLMBackend:
             return None, None
         return info.get("max_input_tokens"), info.get("max_output_tokens")
 
-    def _arguments(self, llm_input: dict[str, Any]) -> dict[str, Any]:
+    def provider_arguments(self, llm_input: dict[str, Any]) -> dict[str, Any]:
+        """``llm_input`` with the timeout and the retry switches this backend always sets."""
         # Applied last, whatever the input says. Retries belong to the client (the SDKs retry on their
         # own); a proxy that also retries multiplies every provider outage by both retry budgets. A
         # route's own ``timeout`` (operator config) is kept; clients cannot send one (client_params).
@@ -79,7 +85,7 @@ class LiteLLMBackend:
 
     async def complete(self, llm_input: dict[str, Any]) -> dict[str, Any]:
         """Call the provider once and return its answer as an OpenAI response dict."""
-        arguments = self._arguments(llm_input)
+        arguments = self.provider_arguments(llm_input)
         try:
             if self._fast is not None and self._fast.accepts(arguments):
                 response = await self._fast.complete(arguments, arguments["timeout"])
@@ -102,7 +108,7 @@ class LiteLLMBackend:
         serializer = StreamSerializer()
         upstream = None
         try:
-            upstream = await self._litellm.acompletion(**self._arguments({**llm_input, "stream": True}))
+            upstream = await self._litellm.acompletion(**self.provider_arguments({**llm_input, "stream": True}))
             iterator = upstream.__aiter__()
             ahead: list[dict[str, Any]] = []
             while not any(_has_substance(out) for out in ahead):

@@ -30,7 +30,9 @@ class ModelSummarizer:
     async def summarize(self, messages: Sequence[dict[str, Any]]) -> str:
         """The model's checkpoint text for the summarization ``messages``."""
         llm_input = {**self._route.litellm_params, "messages": list(messages)}
-        record: dict[str, Any] = {"model": self._route.model_name, "llmInput": redact_llm_input(llm_input)}
+        # The trace shows what the provider call is made with: the backend's own arguments too.
+        arguments = self._backend.provider_arguments(llm_input)
+        record: dict[str, Any] = {"model": self._route.model_name, "llmInput": redact_llm_input(arguments)}
         self.calls.append(record)
         started = time.perf_counter()
         try:

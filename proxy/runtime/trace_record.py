@@ -16,8 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.context.collector import Collection
-from proxy.context.pipeline import AssemblyRecord, CompactionRecord
+from proxy.context.collector import Collection, ContributorRun
+from proxy.context.pipeline import AssemblyRecord, CompactionRecord, ContextBudgets, FailedAssembly, PipelineFailed
+from proxy.errors import ProxyError
 from proxy.identity import SessionIdentity
 from proxy.runtime.assembly import Candidate, CandidateRecord, TurnRequest
 from proxy.runtime.calibration import TokenAccounting
@@ -40,6 +41,11 @@ class CallRecord:
     recovery_reason: str = ""  # the provider's overflow message that caused the retry
     provider_error: Mapping[str, Any] | None = None  # the OpenAI-shaped error, when the call failed
     provider_ms: float | None = None
+    # What the provider call is made with: ``llm_input`` plus the backend's own arguments (timeout,
+    # retries; ``ProviderBackend.provider_arguments``). ``None``: ``llm_input`` as is. The trace shows this.
+    provider_arguments: Mapping[str, Any] | None = None
+    # Why nothing was sent: the assembly failed (``candidate`` and ``llm_input`` are then empty).
+    assembly_error: BaseException | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,8 @@ def trace_json(call: CallRecord) -> dict[str, Any]:
     reconciliation = request.reconciliation
     candidate_record = call.candidate.record if call.candidate is not None else None
     pipeline = candidate_record.pipeline if candidate_record is not None else None
+    failed = call.assembly_error.record if isinstance(call.assembly_error, PipelineFailed) else None
+    budgets = pipeline.budgets if pipeline is not None else failed.budgets if failed is not None else None
     trace: dict[str, Any] = {
         "contextId": request.identity.context_id,
         "contextIdSource": request.identity.source,
@@ -78,20 +86,25 @@ def trace_json(call: CallRecord) -> dict[str, Any]:
         "mode": request.mode,
         "scope": request.identity.scope,
         "model": request.route.model_name,
-        "selectedPath": "legacy" if call.candidate is None else "dynamic",
-        "budgets": _budgets_json(limits, request.tokens),
+        "selectedPath": "legacy" if call.candidate is None and call.assembly_error is None else "dynamic",
+        "budgets": _budgets_json(limits, request.tokens, budgets),
         "session": {
             **_session_json(reconciliation),
             **({"branch": request.branch.record()} if request.branch is not None else {}),
         },
-        **_pipeline_json(pipeline),
+        **(_failed_pipeline_json(failed) if failed is not None else _pipeline_json(pipeline)),
         **_candidate_json(candidate_record),
     }
     if request.ingress:
         trace["ingress"] = _plain(request.ingress)
     # Set against the candidate, what the client's own request costs says what the proxy saved, in every mode.
     trace["clientTokens"] = call.client_tokens
-    trace["llmInput"] = redact_llm_input(call.llm_input)
+    if call.assembly_error is not None:
+        trace["assemblyError"] = _assembly_error_json(call.assembly_error, failed)
+    else:  # nothing is sent when the assembly failed: no llmInput
+        trace["llmInput"] = redact_llm_input(
+            call.provider_arguments if call.provider_arguments is not None else call.llm_input
+        )
     if call.recovery:
         trace["recovery"] = {
             "attempt": call.recovery,
@@ -143,7 +156,10 @@ def remote_compaction_json(record: RemoteCompactionRecord) -> dict[str, Any]:
     }
 
 
-def _budgets_json(limits: ModelLimits, tokens: TokenAccounting | None) -> dict[str, Any]:
+def _budgets_json(
+    limits: ModelLimits, tokens: TokenAccounting | None, context: ContextBudgets | None = None
+) -> dict[str, Any]:
+    """The model's limits and, when something was assembled, the budgets of contributed context."""
     return {
         "modelMaxTokens": limits.model_max_tokens,
         "outputReserveTokens": limits.output_reserve_tokens,
@@ -151,7 +167,41 @@ def _budgets_json(limits: ModelLimits, tokens: TokenAccounting | None) -> dict[s
         "effectiveInputTokens": limits.effective_input_tokens,
         "source": limits.source,
         **({"estimator": _estimator_json(tokens)} if tokens is not None else {}),
+        **(
+            {"promptBudgetTokens": context.prompt_tokens, "messageBudgetTokens": context.message_tokens}
+            if context is not None
+            else {}
+        ),
     }
+
+
+def _assembly_error_json(error: BaseException, failed: FailedAssembly | None) -> dict[str, Any]:
+    """The error the client got for a failed assembly (its OpenAI error body and status), and the stage."""
+    if isinstance(error, ProxyError):
+        body: dict[str, Any] = {**error.body()["error"], "status": error.status}
+    else:  # not a ProxyError: the app answers 500
+        body = {"message": f"{type(error).__name__}: {error}", "type": "api_error", "param": None, "code": None}
+        body["status"] = 500
+    body["stage"] = failed.stage if failed is not None else None
+    return body
+
+
+def _failed_pipeline_json(record: FailedAssembly) -> dict[str, Any]:
+    """The stage keys of a failed assembly: the contributors that ran and what they gave, the cap; the
+    later stages (admission, rendering, compaction) null."""
+    return {
+        "contributors": _runs_json(record.runs),
+        "collection": _collection_json(record.collection),
+        "admitted": None,
+        "renderedContext": None,
+        "compaction": None,
+        "cap": _cap_json(record.cap_dropped_messages, record.cap_max, record.cap_diagnostics),
+        "assemblyMs": record.assembly_ms,
+    }
+
+
+def _cap_json(dropped: int, maximum: int | None, diagnostics: Sequence[Any]) -> dict[str, Any]:
+    return {"droppedMessages": dropped, "max": maximum, "diagnostics": _plain(list(diagnostics))}
 
 
 def _session_json(reconciliation: Reconciliation) -> dict[str, Any]:
@@ -200,15 +250,17 @@ def _pipeline_json(record: AssemblyRecord | None) -> dict[str, Any]:
     }
     if record.plan_progress is not None:
         trace["planProgress"] = _plain(record.plan_progress)
-    trace["cap"] = {"droppedMessages": record.cap_dropped_messages, "max": record.cap_max}
+    trace["cap"] = _cap_json(record.cap_dropped_messages, record.cap_max, record.cap_diagnostics)
     trace["estimatedTokens"] = record.estimated_tokens
     trace["assemblyMs"] = record.assembly_ms
     return trace
 
 
 def _contributors_json(collection: Collection | None) -> list[dict[str, Any]]:
-    if collection is None:
-        return []
+    return [] if collection is None else _runs_json(collection.runs)
+
+
+def _runs_json(runs: Sequence[ContributorRun]) -> list[dict[str, Any]]:
     return [
         {
             "id": run.contributor_id,
@@ -217,7 +269,7 @@ def _contributors_json(collection: Collection | None) -> list[dict[str, Any]]:
             "error": run.error,
             "rawOutput": _plain(run.raw_output),
         }
-        for run in collection.runs
+        for run in runs
     ]
 
 
@@ -228,6 +280,9 @@ def _collection_json(collection: Collection | None) -> dict[str, Any] | None:
         "sections": _plain(collection.sections),
         "messages": _plain(collection.messages),
         "attachments": _plain(collection.attachments),
+        # Contributor failures and what contributors reported (a skipped skill, a bad option); the
+        # budget's cuts are ``admitted.diagnostics``, the window's ``renderedContext.window.diagnostics``.
+        "diagnostics": _plain(collection.diagnostics),
     }
 
 

@@ -375,7 +375,7 @@ class TurnRunner:
         """Assemble (unless legacy), call the provider once, and trace this attempt (a live stream's trace
         is written when the stream ends)."""
         call_tag.begin_attempt(recovery)  # record and replay: the first attempt or the overflow retry
-        candidate = None if request.mode == "legacy" else await self.assembler.assemble(request)
+        candidate = None if request.mode == "legacy" else await self._assemble(request, recovery, reason)
         sent = candidate if request.mode == "dynamic" else None
         llm_input = build_llm_input(request.body, request.route, sent)
         # The usage of a streamed answer is the calibration's only source for it: in dynamic mode the
@@ -389,6 +389,7 @@ class TurnRunner:
         record = CallRecord(
             request, candidate, llm_input, _client_tokens(request.body, self._sizes(request)), recovery, reason
         )
+        record.provider_arguments = self.backend.provider_arguments(llm_input)
         proxy_tools = sent.proxy_tools if sent is not None else frozenset()
         visible = sent.visible_history if sent is not None else ()
         started = time.perf_counter()
@@ -416,6 +417,23 @@ class TurnRunner:
             record.provider_ms = round((time.perf_counter() - started) * 1000, 3)
             if not live:
                 self._write_trace(record)
+
+    async def _assemble(self, request: TurnRequest, recovery: int, reason: str) -> Candidate:
+        """The candidate; a failed assembly is traced (no provider call follows) and raised unchanged."""
+        try:
+            return await self.assembler.assemble(request)
+        except Exception as exc:  # any failure: the client gets its error as before, the trace says why
+            failed = CallRecord(
+                request,
+                None,
+                {},
+                _client_tokens(request.body, self._sizes(request)),
+                recovery,
+                reason,
+                assembly_error=exc,
+            )
+            self._write_trace(failed)
+            raise
 
     async def _finish_stream(
         self, chunks: AsyncIterator[dict[str, Any]], record: CallRecord, strip_usage: bool

@@ -24,6 +24,10 @@ class FakeBackend:
         self.answer = answer
         self.history: list[dict[str, Any]] = []
 
+    def provider_arguments(self, llm_input: dict[str, Any]) -> dict[str, Any]:
+        """What a call is made with: this fake adds nothing."""
+        return dict(llm_input)
+
     async def complete(self, llm_input: dict[str, Any]) -> dict[str, Any]:
         self.history.append(llm_input)
         if isinstance(self.answer, ProviderError):

@@ -243,6 +243,9 @@ def _assert_llm_input_was_sent(trace: dict[str, Any], body: dict[str, Any]) -> N
     assert llm_input.pop("model") == "openai/scripted" and body["model"] == "scripted"
     assert llm_input.pop("api_base").endswith("/v1")
     assert "api_key" not in llm_input
+    # What the backend adds to every call (proxy/runtime/provider.py) is traced too; litellm consumes it.
+    assert (llm_input.pop("max_retries"), llm_input.pop("num_retries")) == (0, 0)
+    assert isinstance(llm_input.pop("timeout"), int | float)
     # litellm's one rewrite on the way out: it omits ``content: null`` on assistant tool-call messages.
     llm_input["messages"] = [
         {k: v for k, v in m.items() if not (k == "content" and v is None and m.get("tool_calls"))}

@@ -45,6 +45,10 @@ class FakeBackend:
         self.streams_opened = 0
         self.streams_closed = 0
 
+    def provider_arguments(self, llm_input: dict[str, Any]) -> dict[str, Any]:
+        """What a call is made with: this fake adds nothing."""
+        return dict(llm_input)
+
     async def complete(self, llm_input: dict[str, Any]) -> dict[str, Any]:
         """The handler's completion."""
         self.history.append(copy.deepcopy(llm_input))

@@ -84,7 +84,7 @@ async def _both(provider: Any, reply: dict[str, Any], **llm_input: Any) -> list[
         api_base = provider.add(**reply)
         backend = LiteLLMBackend(timeout_seconds=30, fast_path=fast)
         arguments = {"model": "openai/test", "api_base": api_base, "api_key": "sk-test-key", **llm_input}
-        assert backend._fast is None or backend._fast.accepts(backend._arguments(arguments))
+        assert backend._fast is None or backend._fast.accepts(backend.provider_arguments(arguments))
         try:
             outcome: Any = await backend.complete(arguments)
         except ProxyError as error:
@@ -239,9 +239,11 @@ def test_what_the_fast_path_leaves_to_acompletion(llm_input: dict[str, Any]) -> 
     backend = LiteLLMBackend(timeout_seconds=5)
     assert backend._fast is not None
     # as the backend hands a call over: with its time-out and no-retry arguments
-    assert not backend._fast.accepts(backend._arguments({"messages": [{"role": "user", "content": "hi"}], **llm_input}))
+    assert not backend._fast.accepts(
+        backend.provider_arguments({"messages": [{"role": "user", "content": "hi"}], **llm_input})
+    )
     plain = {"model": "openai/test", "api_base": "http://h/v1", "api_key": "k", "messages": HISTORY, "tools": TOOLS}
-    assert backend._fast.accepts(backend._arguments(plain))
+    assert backend._fast.accepts(backend.provider_arguments(plain))
 
 
 def test_litellm_still_has_what_the_fast_path_uses() -> None:

@@ -1,0 +1,115 @@
+"""A failed assembly's trace: the pipeline says how far it got, the serializer writes it to the schema."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+import proxy
+from proxy.canonical import HistoryEntry
+from proxy.config import ModelRoute
+from proxy.context.estimators import ConservativeTokenEstimator
+from proxy.context.pipeline import AssemblyInput, ContextPipeline, PipelineConfig, PipelineFailed
+from proxy.context.registry import ContextContributorRegistry
+from proxy.context.types import ContributionRequest, ContributorOutput, Scope
+from proxy.errors import AssemblyFailed
+from proxy.identity import SessionIdentity
+from proxy.runtime.assembly import TurnRequest
+from proxy.runtime.limits import ModelLimits
+from proxy.runtime.trace import SCHEMA_VERSION
+from proxy.runtime.trace_record import CallRecord, trace_json
+from proxy.session.store import Reconciliation
+
+SCHEMA = jsonschema.Draft202012Validator(
+    json.loads((Path(proxy.__file__).parent / "runtime" / "trace_schema.json").read_text())
+)
+
+
+class Contributor:
+    """A contributor that raises, or returns nothing; ``protected`` as given (honoured: composed in code)."""
+
+    def __init__(self, cid: str, protected: bool, fails: bool) -> None:
+        self.id = cid
+        self.protected = protected
+        self.fails = fails
+        self.scopes: frozenset[Scope] = frozenset({"main"})
+
+    async def contribute(self, request: ContributionRequest) -> ContributorOutput:
+        if self.fails:
+            raise ConnectionError("policy service unreachable")
+        return ContributorOutput()
+
+
+class Factory:
+    def __init__(self, contributor: Contributor) -> None:
+        self.id = contributor.id
+        self.contributor = contributor
+
+    def create(self, scope: Scope) -> Contributor:
+        return self.contributor
+
+
+def _pipeline(*contributors: Contributor) -> ContextPipeline:
+    registry = ContextContributorRegistry("main", [Factory(c) for c in contributors])
+    return ContextPipeline(lambda scope: registry, ConservativeTokenEstimator(), config=PipelineConfig())
+
+
+def _input() -> AssemblyInput:
+    message = {"role": "user", "content": "go"}
+    return AssemblyInput("main", "ctx", "m", 1, [HistoryEntry(message, "h1")], [], 10_000, "0123456789abcdef")
+
+
+def _request() -> TurnRequest:
+    return TurnRequest(
+        identity=SessionIdentity("ctx", "fingerprint", "main"),
+        mode="dynamic",
+        route=ModelRoute(model_name="m", litellm_params={"model": "openai/m"}),
+        limits=ModelLimits(12_000, 2_000, None, 10_000, "config"),
+        body={"model": "m", "messages": [{"role": "user", "content": "go"}]},
+        headers={},
+        reconciliation=Reconciliation("ctx", "h1", 0, [], False, True, ("h1",)),
+        turn=4,
+    )
+
+
+async def test_a_protected_contributor_failure_is_traced_with_every_contributors_run() -> None:
+    pipeline = _pipeline(Contributor("policy", True, True), Contributor("notes", False, False))
+    with pytest.raises(AssemblyFailed) as caught:
+        await pipeline.assemble(_input())
+    failure = caught.value
+    assert isinstance(failure, PipelineFailed)
+    assert (failure.status, failure.code) == (400, "context_assembly_failed")  # what the client gets, unchanged
+    assert "policy (error: ConnectionError: policy service unreachable)" in failure.message
+
+    trace: dict[str, Any] = {"schemaVersion": SCHEMA_VERSION, **trace_json(_failed(failure))}
+    SCHEMA.validate(trace)
+    error = trace["assemblyError"]
+    assert (error["stage"], error["status"], error["code"]) == ("collect", 400, "context_assembly_failed")
+    assert error["message"] == failure.message
+    assert [(c["id"], c["status"]) for c in trace["contributors"]] == [("policy", "error"), ("notes", "ok")]
+    assert trace["collection"] is None and trace["compaction"] is None  # collecting itself failed
+    assert (trace["budgets"]["promptBudgetTokens"], trace["budgets"]["messageBudgetTokens"]) == (2_500, 1_000)
+    assert "llmInput" not in trace and trace["selectedPath"] == "dynamic"
+
+
+def _failed(error: BaseException) -> CallRecord:
+    return CallRecord(_request(), None, {}, 3, assembly_error=error)
+
+
+def test_an_unexpected_assembly_error_is_traced_as_the_500_it_becomes() -> None:
+    trace = {"schemaVersion": SCHEMA_VERSION, **trace_json(_failed(KeyError("checkpoint")))}
+    SCHEMA.validate(trace)
+    assert trace["assemblyError"]["status"] == 500 and trace["assemblyError"]["stage"] is None
+    assert "KeyError" in trace["assemblyError"]["message"] and trace["contributors"] == []
+
+
+def test_the_schema_wants_llm_input_unless_the_assembly_failed() -> None:
+    trace = {"schemaVersion": SCHEMA_VERSION, **trace_json(_failed(AssemblyFailed("no room")))}
+    SCHEMA.validate(trace)
+    assert not SCHEMA.is_valid({**trace, "llmInput": {"model": "m", "messages": []}})  # nothing was sent
+    del trace["assemblyError"]
+    assert not SCHEMA.is_valid(trace)
