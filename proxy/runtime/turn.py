@@ -24,6 +24,7 @@ from proxy.client_params import client_arguments, with_route
 from proxy.config import Mode, ModelRoute, Settings
 from proxy.context.estimators import ConservativeTokenEstimator
 from proxy.context.nonce import session_nonce
+from proxy.context.types import TokenEstimator
 from proxy.errors import AssemblyFailed, ContextOverflow, ProxyError, SessionConflict
 from proxy.identity import SessionIdentity
 from proxy.runtime import call_tag
@@ -400,7 +401,10 @@ class TurnRunner:
         except ProxyError as exc:
             record.provider_error = exc.body()["error"]
             if isinstance(exc, ContextOverflow):
-                exc.sent_tokens = _estimated_size(llm_input, exc.counts_output)
+                # Counted as the assembly counted it (the route's calibrated estimator), so RouteLimits
+                # judges the provider's statement against the same figure the window was filled by.
+                estimator = request.tokens.estimator if request.tokens is not None else None
+                exc.sent_tokens = _estimated_size(llm_input, exc.counts_output, estimator)
             raise
         finally:
             record.provider_ms = round((time.perf_counter() - started) * 1000, 3)
@@ -490,10 +494,12 @@ def build_llm_input(body: dict[str, Any], route: ModelRoute, candidate: Candidat
     return with_route(llm_input, route.litellm_params)
 
 
-def _estimated_size(llm_input: dict[str, Any], counts_output: bool) -> int:
-    """What the provider was sent, in (conservatively estimated) tokens; with the requested output
-    when the provider said it counted that against the window."""
-    estimator = ConservativeTokenEstimator()
+def _estimated_size(
+    llm_input: dict[str, Any], counts_output: bool, estimator: TokenEstimator | None = None
+) -> int:
+    """What the provider was sent, in tokens estimated by ``estimator`` (the conservative estimator when
+    none is given); with the requested output when the provider said it counted that against the window."""
+    estimator = estimator or ConservativeTokenEstimator()
     size = sum(estimator.count_message(m) for m in llm_input.get("messages") or [] if isinstance(m, dict))
     size += estimator.count_tools(llm_input.get("tools") or [])
     if counts_output:
