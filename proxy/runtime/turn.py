@@ -494,9 +494,7 @@ def build_llm_input(body: dict[str, Any], route: ModelRoute, candidate: Candidat
     return with_route(llm_input, route.litellm_params)
 
 
-def _estimated_size(
-    llm_input: dict[str, Any], counts_output: bool, estimator: TokenEstimator | None = None
-) -> int:
+def _estimated_size(llm_input: dict[str, Any], counts_output: bool, estimator: TokenEstimator | None = None) -> int:
     """What the provider was sent, in tokens estimated by ``estimator`` (the conservative estimator when
     none is given); with the requested output when the provider said it counted that against the window."""
     estimator = estimator or ConservativeTokenEstimator()

@@ -163,7 +163,7 @@ async def test_an_overflow_is_judged_by_the_calibrated_count_of_what_was_sent(
     def handler(llm_input: dict[str, Any]) -> dict[str, Any]:
         raise ContextOverflow("too long", limit=6_000, provider_message="maximum context length is 6000 tokens")
 
-    runner, backend = runner_for(tmp_path, store, handler)
+    runner, _ = runner_for(tmp_path, store, handler)
     accounting = await runner.calibrator.accounting(ROUTE)
     calibrated = accounting.estimator.count_message(request["messages"][0])
     assert calibrated < 6_000 < ConservativeTokenEstimator().count_message(request["messages"][0])
