@@ -10,8 +10,8 @@ calls; the prediction bound (the log-ratios' weighted mean plus a Student-t mult
 widened by the uncertainty of that mean) is wide while the samples are few and shrinks as they
 accumulate. It applies only until the effective sample count reaches ``1 / (1 - QUANTILE)`` (200):
 from there the empirical quantile is no longer just the maximum, and unlike a spread it is not moved
-far by one odd answer. Recent samples weigh more (a half-life in calls), so a provider that changes its tokenizer is
-learned; the upper quantile follows a rise within a few calls (it needs only a sliver of the weight)
+far by one odd answer. Recent samples weigh more (a half-life in calls), so a provider that changes
+its tokenizer is learned; the upper quantile follows a rise within a few calls (it needs only a sliver of the weight)
 and a fall within a few hundred, which is the safe way round.
 
 Pure statistics: the runtime (``proxy/runtime/calibration.py``) loads and stores the state.
@@ -35,8 +35,11 @@ MAX_SAMPLES = 400
 # a few hundred weighted samples is itself an estimate: 1.5% of the bench's code requests were under),
 # so the margin aims at 99.5%; it costs a few thousandths of the window.
 QUANTILE = 0.995
-# The prediction bound needs this many samples to have a spread at all (fewer: the few-samples pad).
-PREDICTION_MIN_SAMPLES = 3
+# The prediction bound widens the margin to at most this (the default start margin, what a route with no
+# sample at all is given): one odd answer among a few dozen samples would otherwise scale every count
+# several times over and refuse requests that fit. The observed quantile itself is not capped: a provider
+# whose count rises by 30% is covered by it within a few calls.
+MAX_PREDICTED_MARGIN = 1.25
 # Even a spread of zero keeps this margin: the next request is never one the route has seen.
 MIN_MARGIN = 1.01
 # Below this many samples the spread is not known yet; the margin is widened by up to this fraction.
@@ -85,8 +88,9 @@ class Calibration:
             return Correction(ratio=1.0, margin=start_margin, samples=0)
         weights = _weights(len(self.samples))
         median = weighted_quantile(self.samples, weights, 0.5)
-        upper = max(weighted_quantile(self.samples, weights, QUANTILE), prediction_bound(self.samples, weights))
-        margin = max(upper / median, MIN_MARGIN)
+        observed = weighted_quantile(self.samples, weights, QUANTILE) / median
+        predicted = min(prediction_bound(self.samples, weights) / median, MAX_PREDICTED_MARGIN)
+        margin = max(observed, predicted, MIN_MARGIN)
         missing = max(0, MIN_SAMPLES - len(self.samples))
         margin *= 1 + FEW_SAMPLES_PAD * missing / MIN_SAMPLES
         return Correction(ratio=round(median, 4), margin=round(margin, 4), samples=len(self.samples))
@@ -117,9 +121,9 @@ def prediction_bound(values: Sequence[float], weights: Sequence[float], quantile
     """An upper bound the next ratio stays under with probability ``quantile``, were the log-ratios
     normal: ``exp(mean + t * sd * sqrt(1 + 1/n))`` over the weighted log-ratios, ``n`` their effective
     count (Kish) and ``t`` Student's quantile with ``n - 1`` degrees of freedom. 0 (no bound) below
-    ``PREDICTION_MIN_SAMPLES`` samples, and from ``1 / (1 - quantile)`` effective samples on (the
+    ``MIN_SAMPLES`` samples (the few-samples pad stands in), and from ``1 / (1 - quantile)`` effective samples on (the
     empirical quantile then stands on its own)."""
-    if len(values) < PREDICTION_MIN_SAMPLES:
+    if len(values) < MIN_SAMPLES:
         return 0.0
     total = sum(weights)
     effective = total * total / sum(w * w for w in weights)
