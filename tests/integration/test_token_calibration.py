@@ -144,7 +144,7 @@ def test_a_calibrated_run_fills_more_of_the_window_and_overflows_at_most_once(st
     print(f"\nscale {scale}: peak {peak:,} of {WINDOW:,} ({peak / WINDOW:.0%})")
     # Each 12 KB output of numbered log lines is ~7,400 tiktoken tokens (46% of the window at 1x, 60% at
     # 1.3x): one output and the next never fit the 12,800-token threshold together at 1.3x, so the peak is
-    # one output and its framing; the realistic outputs below are the 70% proof.
+    # one output with the checkpoint and previews around it; the realistic outputs below are the 70% proof.
     assert peak >= 0.4 * WINDOW
     # Every answer taught the route: the last trace shows a ratio near the provider's scale and a margin
     # from the spread, not the start margin.
