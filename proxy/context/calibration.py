@@ -2,10 +2,16 @@
 
 Every provider answer that reports usage gives one sample, ``provider count / local count`` of the
 exact request sent. The correction applied to later estimates is a *recency-weighted* median of
-those ratios (``ratio``) times a safety margin taken from their spread (``margin``: a weighted upper
-quantile over the median), so an estimate errs high in all but the rarest calls rather than half of
-them. Recent samples weigh more (a half-life in calls), so a provider that changes its tokenizer is
-learned; the upper quantile follows a rise within a few calls (it needs only a sliver of the weight)
+those ratios (``ratio``) times a safety margin taken from their spread (``margin``, over the median:
+the larger of the weighted upper quantile and a prediction bound for the next sample), so an estimate
+errs high in all but the rarest calls rather than half of them. The upper quantile of a few dozen
+samples is little more than their maximum, which the next sample exceeds about once in as many
+calls; the prediction bound (the log-ratios' weighted mean plus a Student-t multiple of their spread,
+widened by the uncertainty of that mean) is wide while the samples are few and shrinks as they
+accumulate. It applies only until the effective sample count reaches ``1 / (1 - QUANTILE)`` (200):
+from there the empirical quantile is no longer just the maximum, and unlike a spread it is not moved
+far by one odd answer. Recent samples weigh more (a half-life in calls), so a provider that changes
+its tokenizer is learned; the upper quantile follows a rise within a few calls (it needs only a sliver of the weight)
 and a fall within a few hundred, which is the safe way round.
 
 Pure statistics: the runtime (``proxy/runtime/calibration.py``) loads and stores the state.
@@ -13,8 +19,10 @@ Pure statistics: the runtime (``proxy/runtime/calibration.py``) loads and stores
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any
 
 # A sample loses half its weight every this many later calls: a tokenizer change is learned within a
@@ -27,6 +35,11 @@ MAX_SAMPLES = 400
 # a few hundred weighted samples is itself an estimate: 1.5% of the bench's code requests were under),
 # so the margin aims at 99.5%; it costs a few thousandths of the window.
 QUANTILE = 0.995
+# The prediction bound widens the margin to at most this (the default start margin, what a route with no
+# sample at all is given): one odd answer among a few dozen samples would otherwise scale every count
+# several times over and refuse requests that fit. The observed quantile itself is not capped: a provider
+# whose count rises by 30% is covered by it within a few calls.
+MAX_PREDICTED_MARGIN = 1.25
 # Even a spread of zero keeps this margin: the next request is never one the route has seen.
 MIN_MARGIN = 1.01
 # Below this many samples the spread is not known yet; the margin is widened by up to this fraction.
@@ -75,8 +88,9 @@ class Calibration:
             return Correction(ratio=1.0, margin=start_margin, samples=0)
         weights = _weights(len(self.samples))
         median = weighted_quantile(self.samples, weights, 0.5)
-        upper = weighted_quantile(self.samples, weights, QUANTILE)
-        margin = max(upper / median, MIN_MARGIN)
+        observed = weighted_quantile(self.samples, weights, QUANTILE) / median
+        predicted = min(prediction_bound(self.samples, weights) / median, MAX_PREDICTED_MARGIN)
+        margin = max(observed, predicted, MIN_MARGIN)
         missing = max(0, MIN_SAMPLES - len(self.samples))
         margin *= 1 + FEW_SAMPLES_PAD * missing / MIN_SAMPLES
         return Correction(ratio=round(median, 4), margin=round(margin, 4), samples=len(self.samples))
@@ -101,6 +115,36 @@ class Calibration:
 
 def _weights(count: int) -> list[float]:
     return [0.5 ** ((count - 1 - index) / HALF_LIFE_CALLS) for index in range(count)]
+
+
+def prediction_bound(values: Sequence[float], weights: Sequence[float], quantile: float = QUANTILE) -> float:
+    """An upper bound the next ratio stays under with probability ``quantile``, were the log-ratios
+    normal: ``exp(mean + t * sd * sqrt(1 + 1/n))`` over the weighted log-ratios, ``n`` their effective
+    count (Kish) and ``t`` Student's quantile with ``n - 1`` degrees of freedom. 0 (no bound) below
+    ``MIN_SAMPLES`` samples (the few-samples pad stands in), and from ``1 / (1 - quantile)`` effective samples on (the
+    empirical quantile then stands on its own)."""
+    if len(values) < MIN_SAMPLES:
+        return 0.0
+    total = sum(weights)
+    effective = total * total / sum(w * w for w in weights)
+    if effective >= 1 / (1 - quantile):
+        return 0.0
+    logs = [math.log(v) for v in values]
+    mean = sum(w * x for w, x in zip(weights, logs, strict=True)) / total
+    variance = sum(w * (x - mean) ** 2 for w, x in zip(weights, logs, strict=True)) / total
+    variance *= effective / (effective - 1)  # the unbiased spread of a sample this small
+    spread = math.sqrt(variance) * math.sqrt(1 + 1 / effective)
+    return math.exp(mean + student_t_quantile(quantile, max(effective - 1, 2.0)) * spread)
+
+
+def student_t_quantile(quantile: float, dof: float) -> float:
+    """Student's t quantile by the Cornish-Fisher expansion around the normal one (Hill, 1970): within
+    1 % from 5 degrees of freedom up and 12 % low at 2, where the few-samples pad adds its own width."""
+    z = NormalDist().inv_cdf(quantile)
+    g1 = (z**3 + z) / 4
+    g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
+    g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
+    return z + g1 / dof + g2 / dof**2 + g3 / dof**3
 
 
 def weighted_quantile(values: Sequence[float], weights: Sequence[float], quantile: float) -> float:

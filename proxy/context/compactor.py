@@ -66,7 +66,8 @@ class Summarizer(Protocol):
 
 @dataclass(frozen=True)
 class CompactionConfig:
-    """Knobs of the compactor (percentages are of the effective input limit)."""
+    """Knobs of the compactor (the pressure percentages are of the context window, see ``pressure.py``;
+    the others of the effective input limit)."""
 
     pressure: PressureConfig = field(default_factory=PressureConfig)
     preview: PreviewPolicy = field(default_factory=PreviewPolicy)
@@ -225,13 +226,15 @@ class HistoryCompactor:
         stated_limit: int | None = None,
         output_reserve: int = 0,
         reader: str = READ_TOOL_OUTPUT,
+        window: int | None = None,
     ) -> CompactionResult:
         """One compaction pass over ``history`` (the full canonical history, oldest first).
 
         ``fixed_tokens`` is what the system prompt, tool schemas and contributed data cost;
         ``checkpoints`` are the session's stored ones (any that covers a prefix is reused);
         ``known_refs`` adds references the checkpoint may cite beyond those of ``history``; ``nonce`` is
-        the session's framing nonce and ``reader`` the name its tool-output reader is offered under.
+        the session's framing nonce and ``reader`` the name its tool-output reader is offered under;
+        ``window`` is the context window the pressure percentages are of (``None``: ``limit``).
         """
         pressure = measure_pressure(
             limit=limit,
@@ -241,6 +244,7 @@ class HistoryCompactor:
             forced=forced,
             stated_limit=stated_limit,
             output_reserve=output_reserve,
+            window=window,
         )
 
         def trim() -> tuple[_Working, Pressure, CompactionTrace]:

@@ -92,6 +92,7 @@ class AssemblyInput:
     forced: bool = False
     stated_limit: int | None = None
     output_reserve: int = 0
+    window: int | None = None  # the context window compaction's percentages are of (None: ``limit``)
     # This call's token counter (a route's calibrated one); None: the assembler's own.
     estimator: TokenEstimator | None = None
 
@@ -265,6 +266,7 @@ class ContextPipeline:
             forced=inp.forced,
             stated_limit=inp.stated_limit,
             output_reserve=inp.output_reserve,
+            window=inp.window,
         )
         if inp.reference_tools and (compaction.previewed_refs or compaction.checkpoint is not None):
             tools += inp.reference_tools

@@ -21,7 +21,8 @@ Reason: TypeAlias = Literal["pressure", "forced"]
 
 @dataclass(frozen=True)
 class PressureConfig:
-    """Percentages of the effective input limit (positive integers, ``forced < target < pressure <= 100``)."""
+    """Percentages of the context window, each capped at the effective input limit (positive integers,
+    ``forced < target < pressure <= 100``)."""
 
     pressure_percent: int = 80
     target_percent: int = 50
@@ -92,21 +93,25 @@ def measure_pressure(
     forced: bool = False,
     stated_limit: int | None = None,
     output_reserve: int = 0,
+    window: int | None = None,
 ) -> Pressure:
     """Pressure of an input of ``fixed_tokens + history_tokens`` against the effective ``limit``.
 
-    ``stated_limit`` (the window a provider named in its overflow error) and ``output_reserve`` only
-    matter for a forced pass.
+    ``window`` is the context window the percentages are of (``None``: the limit itself); every
+    threshold and target is capped at ``limit``. ``stated_limit`` (the window a provider named in its
+    overflow error) and ``output_reserve`` only matter for a forced pass.
     """
     if limit <= 0:
         raise ValueError(f"limit must be positive, got {limit}")
     config = config or PressureConfig()
-    threshold = limit * config.pressure_percent // 100
+    basis = max(window, limit) if window is not None else limit
+    threshold = min(basis * config.pressure_percent // 100, limit)
     if forced:
-        basis = limit
+        ceiling = limit
         if stated_limit is not None:
-            basis = min(basis, max(0, stated_limit - output_reserve))
-        target = basis * config.forced_percent // 100
+            basis = min(basis, stated_limit)
+            ceiling = min(ceiling, max(0, stated_limit - output_reserve))
+        target = min(basis * config.forced_percent // 100, ceiling)
     else:
-        target = limit * config.target_percent // 100
+        target = min(basis * config.target_percent // 100, limit)
     return Pressure(limit, fixed_tokens, history_tokens, threshold, target, forced)

@@ -125,6 +125,7 @@ class SessionAssembler:
                 forced=request.forced,
                 stated_limit=request.stated_limit,
                 output_reserve=limits.output_reserve_tokens,
+                window=limits.window_tokens,
                 estimator=request.tokens.estimator if request.tokens is not None else None,
             ),
             summarizer if may_summarize else None,

@@ -46,6 +46,14 @@ class ModelLimits:
     effective_input_tokens: int
     source: str  # where model_max_tokens came from: env, config, model_map, fallback or provider_error
 
+    @property
+    def window_tokens(self) -> int:
+        """The window compaction's percentages are of: the model's context window, or the operator's
+        ``SCIENCE_AGENT_CONTEXT_WINDOW_TOKENS`` when that is smaller (see ``proxy/context/pressure.py``)."""
+        if self.context_window_tokens is None:
+            return self.model_max_tokens
+        return min(self.model_max_tokens, self.context_window_tokens)
+
     def with_model_max(self, model_max_tokens: int, source: str) -> ModelLimits:
         """These limits for a smaller context window (e.g. one a provider stated in an overflow error)."""
         effective = max(1, model_max_tokens - self.output_reserve_tokens)

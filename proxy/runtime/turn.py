@@ -411,7 +411,10 @@ class TurnRunner:
         except ProxyError as exc:
             record.provider_error = exc.body()["error"]
             if isinstance(exc, ContextOverflow):
-                exc.sent_tokens = _estimated_size(llm_input, exc.counts_output, self._sizes(request))
+                # Counted as the assembly counted it (the route's calibrated estimator), so RouteLimits
+                # judges the provider's statement against the same figure the window was filled by.
+                estimator = request.tokens.estimator if request.tokens is not None else self._sizes(request)
+                exc.sent_tokens = _estimated_size(llm_input, exc.counts_output, estimator)
             raise
         finally:
             record.provider_ms = round((time.perf_counter() - started) * 1000, 3)
@@ -532,8 +535,8 @@ def build_llm_input(body: dict[str, Any], route: ModelRoute, candidate: Candidat
 
 
 def _estimated_size(llm_input: dict[str, Any], counts_output: bool, estimator: TokenEstimator) -> int:
-    """What the provider was sent, in (conservatively estimated) tokens; with the requested output
-    when the provider said it counted that against the window."""
+    """What the provider was sent, in tokens estimated by ``estimator``; with the requested output when
+    the provider said it counted that against the window."""
     size = sum(estimator.count_message(m) for m in llm_input.get("messages") or [] if isinstance(m, dict))
     size += estimator.count_tools(llm_input.get("tools") or [])
     if counts_output:

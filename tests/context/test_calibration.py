@@ -46,6 +46,24 @@ def test_few_samples_widen_the_margin_until_the_spread_is_known():
     assert enough.margin == MIN_MARGIN < one.margin
 
 
+def test_while_samples_are_few_the_margin_covers_the_next_sample_not_just_the_largest_seen():
+    # Ratios spread like a real route's (per-message framing is priced differently from request to request).
+    rng = random.Random(3)
+    ratios = [rng.gauss(1.3, 0.01) for _ in range(600)]
+    misses = {}
+    for seen in (10, 30, 300):
+        calibration = _taught(ratios[:seen])
+        factor = calibration.correction(1.25).factor
+        # The next 300 answers: how often would the estimate have been under the provider's count?
+        misses[seen] = sum(r > factor for r in ratios[seen : seen + 300]) / 300
+        # The largest ratio seen is no bound for the next one: ten samples' maximum is exceeded in ~9% of
+        # calls, so the margin must reach beyond it while the samples are few.
+        assert factor > max(ratios[:seen]) or seen > 200
+    assert all(share <= 0.01 for share in misses.values()), misses
+    # ...and it narrows as they accumulate (the Student-t factor and the mean's uncertainty shrink).
+    assert _taught(ratios[:10]).correction(1.25).margin > _taught(ratios[:30]).correction(1.25).margin
+
+
 def test_the_margin_comes_from_the_upper_quantile_not_the_mean_nor_the_maximum():
     rng = random.Random(5)
     ratios = [rng.uniform(1.0, 1.1) for _ in range(MAX_SAMPLES - 1)] + [1.6]  # one odd answer, the newest

@@ -37,10 +37,38 @@ def test_forced_pass_respects_the_stated_limit_minus_reserve() -> None:
         limit=100_000, fixed_tokens=0, history_tokens=1, forced=True, stated_limit=16_000, output_reserve=4_000
     )
     assert p.target_tokens < 16_000 - 4_000
-    assert p.target_tokens == 12_000 * 35 // 100
+    assert p.target_tokens == 16_000 * 35 // 100  # of the stated window, as the other percentages are of ours
+    # A small stated window with a large reserve: the target stays below what the reserve leaves.
+    tight = measure_pressure(
+        limit=100_000, fixed_tokens=0, history_tokens=1, forced=True, stated_limit=5_000, output_reserve=4_000
+    )
+    assert tight.target_tokens == 1_000
     # A stated limit larger than ours changes nothing.
     q = measure_pressure(limit=10_000, fixed_tokens=0, history_tokens=1, forced=True, stated_limit=50_000)
     assert q.target_tokens == 3_500
+
+
+def test_percentages_are_of_the_window_and_never_above_the_effective_limit() -> None:
+    # A 16,000-token window with a 2,000-token output reserve: the threshold is 80% of the window (12,800),
+    # not 80% of the 14,000 left for input (11,200, which subtracted the reserve twice); the target 50%.
+    p = measure_pressure(limit=14_000, fixed_tokens=0, history_tokens=12_799, window=16_000)
+    assert (p.threshold_tokens, p.target_tokens) == (12_800, 8_000)
+    assert not p.needed
+    assert p.with_history(12_800).needed
+    # A reserve that takes a quarter of the window: the threshold is the effective limit itself.
+    q = measure_pressure(limit=12_000, fixed_tokens=0, history_tokens=1, window=16_000)
+    assert (q.threshold_tokens, q.target_tokens) == (12_000, 8_000)
+    # After an overflow, the forced target is of the stated window and below it minus the reserve.
+    r = measure_pressure(
+        limit=14_000,
+        fixed_tokens=0,
+        history_tokens=1,
+        window=16_000,
+        forced=True,
+        stated_limit=15_000,
+        output_reserve=2_000,
+    )
+    assert r.target_tokens == 15_000 * 35 // 100
 
 
 def test_custom_percentages() -> None:

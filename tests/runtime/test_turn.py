@@ -151,6 +151,29 @@ async def test_an_overflow_is_retried_once_after_a_forced_pass_and_both_attempts
     assert retry["budgets"]["modelMaxTokens"] == 9_000 and retry["budgets"]["source"] == "provider_error"
 
 
+async def test_an_overflow_is_judged_by_the_calibrated_count_of_what_was_sent(
+    tmp_path: Path, store: SqliteSessionStore
+) -> None:
+    # ~4,500 tiktoken tokens: the route's estimate (no samples yet: tiktoken x the 1.25 start margin) is
+    # about 5,700, the conservative estimator's about twice the real count. A provider claiming a
+    # 6,000-token window cannot be right about this request by the estimate the window was filled by, so
+    # the route must not shrink to it (it did while the overflow was counted conservatively).
+    text = "The titration curve flattens near the equivalence point. " * 340
+    request = {"model": "m", "messages": [{"role": "user", "content": text}], "stream": False}
+
+    def handler(llm_input: dict[str, Any]) -> dict[str, Any]:
+        raise ContextOverflow("too long", limit=6_000, provider_message="maximum context length is 6000 tokens")
+
+    runner, _ = runner_for(tmp_path, store, handler)
+    accounting = await runner.calibrator.accounting(ROUTE)
+    calibrated = accounting.estimator.count_message(request["messages"][0])
+    assert calibrated < 6_000 < estimators.ConservativeTokenEstimator().count_message(request["messages"][0])
+
+    with pytest.raises(ContextOverflow):
+        await runner.run(request, IDENTITY, ROUTE)
+    assert runner.limits_for(ROUTE).model_max_tokens == 16_000 and runner.limits_for(ROUTE).source == "config"
+
+
 async def test_a_second_overflow_is_surfaced_not_retried_again(tmp_path: Path, store: SqliteSessionStore) -> None:
     def handler(llm_input: dict[str, Any]) -> dict[str, Any]:
         raise ContextOverflow("too long", limit=9_000)
