@@ -101,7 +101,7 @@ def trace_json(call: CallRecord) -> dict[str, Any]:
     trace["clientTokens"] = call.client_tokens
     if call.assembly_error is not None:
         trace["assemblyError"] = _assembly_error_json(call.assembly_error, failed)
-    else:  # nothing is sent when the assembly failed: no llmInput
+    if call.assembly_error is None or request.mode == "shadow":  # dynamic sends nothing when assembly failed
         trace["llmInput"] = redact_llm_input(
             call.provider_arguments if call.provider_arguments is not None else call.llm_input
         )

@@ -13,6 +13,7 @@ is relayed (proxy tools were offered: it may be a proxy call), or a live stream 
 from __future__ import annotations
 
 import copy
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -38,6 +39,8 @@ from proxy.runtime.trace import TraceWriter
 from proxy.runtime.trace_record import CallRecord, trace_json
 from proxy.session.reconcile import ChainMemo, request_hashes
 from proxy.session.store import SessionBusy, SessionStore
+
+logger = logging.getLogger(__name__)
 
 Release = Callable[[], Awaitable[None]]
 
@@ -375,7 +378,17 @@ class TurnRunner:
         """Assemble (unless legacy), call the provider once, and trace this attempt (a live stream's trace
         is written when the stream ends)."""
         call_tag.begin_attempt(recovery)  # record and replay: the first attempt or the overflow retry
-        candidate = None if request.mode == "legacy" else await self._assemble(request, recovery, reason)
+        candidate, shadow_failure = None, None
+        if request.mode == "dynamic":
+            candidate = await self._assemble(request, recovery, reason)
+        elif request.mode == "shadow":
+            # Shadow is how operators try the proxy in front of a live agent: a candidate that cannot be
+            # assembled is traced, and the client's own request is sent as it would be anyway.
+            try:
+                candidate = await self.assembler.assemble(request)
+            except Exception as exc:
+                logger.warning("shadow candidate failed for %s: %s", request.identity.context_id, exc)
+                shadow_failure = exc
         sent = candidate if request.mode == "dynamic" else None
         llm_input = build_llm_input(request.body, request.route, sent)
         # The usage of a streamed answer is the calibration's only source for it: in dynamic mode the
@@ -387,7 +400,13 @@ class TurnRunner:
         if request.mode == "shadow" and candidate is not None:  # record and replay compare shadow candidates
             call_tag.offer_shadow_candidate(lambda: build_llm_input(request.body, request.route, candidate))
         record = CallRecord(
-            request, candidate, llm_input, _client_tokens(request.body, self._sizes(request)), recovery, reason
+            request,
+            candidate,
+            llm_input,
+            _client_tokens(request.body, self._sizes(request)),
+            recovery,
+            reason,
+            assembly_error=shadow_failure,
         )
         record.provider_arguments = self.backend.provider_arguments(llm_input)
         proxy_tools = sent.proxy_tools if sent is not None else frozenset()
@@ -422,7 +441,7 @@ class TurnRunner:
                 self._write_trace(record)
 
     async def _assemble(self, request: TurnRequest, recovery: int, reason: str) -> Candidate:
-        """The candidate; a failed assembly is traced (no provider call follows) and raised unchanged."""
+        """The dynamic candidate; a failed assembly is traced (no provider call follows) and raised unchanged."""
         try:
             return await self.assembler.assemble(request)
         except Exception as exc:  # any failure: the client gets its error as before, the trace says why

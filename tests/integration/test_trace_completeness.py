@@ -59,9 +59,8 @@ def _trace_dir(proxy: Any) -> Path:
     return Path(proxy.settings.data_dir) / "context-traces"
 
 
-@pytest.mark.parametrize("mode", ["dynamic", "shadow"])
-def test_a_failed_assembly_is_traced_and_the_client_error_and_lock_are_unchanged(start_proxy, provider, mode):
-    proxy = start_proxy(mode=mode, trace_enabled=True, session_lock_seconds=2)
+def test_a_failed_assembly_is_traced_and_the_client_error_and_lock_are_unchanged(start_proxy, provider):
+    proxy = start_proxy(mode="dynamic", trace_enabled=True, session_lock_seconds=2)
     client = proxy.client()
     # A client system prompt is rendered by the protected identity contributor: over the prompt's budget
     # (25% of the effective limit), the turn cannot be assembled.
@@ -84,7 +83,7 @@ def test_a_failed_assembly_is_traced_and_the_client_error_and_lock_are_unchanged
         failure = trace["assemblyError"]
         assert failure["message"] == error.body["message"]  # type: ignore[index]
         assert (failure["code"], failure["status"], failure["stage"]) == ("context_assembly_failed", 400, "budget")
-        assert "llmInput" not in trace and trace["mode"] == mode and trace["selectedPath"] == "dynamic"
+        assert "llmInput" not in trace and trace["mode"] == "dynamic" and trace["selectedPath"] == "dynamic"
         budgets = trace["budgets"]
         assert budgets["promptBudgetTokens"] == budgets["effectiveInputTokens"] * 25 // 100
         assert budgets["messageBudgetTokens"] == budgets["effectiveInputTokens"] * 10 // 100
@@ -92,6 +91,25 @@ def test_a_failed_assembly_is_traced_and_the_client_error_and_lock_are_unchanged
         identity = [c for c in trace["contributors"] if c["id"] == "identity"]
         assert identity and identity[0]["status"] == "ok"  # it ran; its section was what did not fit
         assert trace["collection"]["sections"]  # what was collected before admission failed
+
+
+def test_in_shadow_a_failed_candidate_is_traced_and_the_client_request_still_sent(start_proxy, provider):
+    proxy = start_proxy(mode="shadow", trace_enabled=True)
+    messages = [
+        {"role": "system", "content": "Follow every rule carefully. " * 2_000},
+        {"role": "user", "content": "go"},
+    ]
+    answer = proxy.client().chat.completions.create(
+        model="test-model", messages=messages, extra_headers={"x-session-id": "big-shadow"}
+    )
+    assert answer.choices[0].message.content == "ok"
+    assert provider.history[0]["messages"] == messages  # the client's request, as shadow always sends it
+
+    (trace,) = _traces(_trace_dir(proxy), "big-shadow")
+    assert trace["mode"] == "shadow"
+    failure = trace["assemblyError"]
+    assert (failure["code"], failure["status"], failure["stage"]) == ("context_assembly_failed", 400, "budget")
+    assert trace["llmInput"]["messages"] == messages
 
 
 def test_the_report_counts_assembly_failures(start_proxy, provider, tmp_path):
