@@ -432,8 +432,7 @@ class TurnRunner:
             if isinstance(exc, ContextOverflow):
                 # Counted as the assembly counted it (the route's calibrated estimator), so RouteLimits
                 # judges the provider's statement against the same figure the window was filled by.
-                estimator = request.tokens.estimator if request.tokens is not None else self._sizes(request)
-                exc.sent_tokens = _estimated_size(llm_input, exc.counts_output, estimator)
+                exc.sent_tokens = _estimated_size(llm_input, exc.counts_output, self._sizes(request))
             raise
         finally:
             record.provider_ms = round((time.perf_counter() - started) * 1000, 3)
@@ -482,10 +481,13 @@ class TurnRunner:
                 self._write_trace(record)
 
     def _sizes(self, request: TurnRequest) -> TokenEstimator:
-        """The conservative counter of what a call sends (the trace's ``clientTokens``, an overflow's size):
-        cached, with the client's messages named by chain hash, so a resent history is looked up, not
-        counted again on every call."""
-        counter = TurnEstimator(self.calibrator.conservative)
+        """The counter of what a call sends (the trace's ``clientTokens``, an overflow's size): the turn's
+        own estimator (calibrated by default), as the candidate is counted, so the report compares like
+        with like; cached, with the client's messages named by chain hash, so a resent history is looked
+        up, not counted again on every call."""
+        counter = TurnEstimator(
+            request.tokens.estimator if request.tokens is not None else self.calibrator.conservative
+        )
         counter.name_messages(*_named(request))
         return counter
 
