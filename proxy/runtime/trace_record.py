@@ -40,6 +40,11 @@ class CallRecord:
     recovery_reason: str = ""  # the provider's overflow message that caused the retry
     provider_error: Mapping[str, Any] | None = None  # the OpenAI-shaped error, when the call failed
     provider_ms: float | None = None
+    # For metrics and spans (proxy/observe/), not the trace file: the failed call's HTTP status, the
+    # usage the provider reported, and when the attempt began (wall clock, before assembly).
+    provider_status: int | None = None
+    usage: Mapping[str, Any] | None = None
+    started_ns: int = 0
 
 
 @dataclass(frozen=True)

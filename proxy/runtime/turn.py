@@ -26,6 +26,7 @@ from proxy.context.estimators import ConservativeTokenEstimator
 from proxy.context.nonce import session_nonce
 from proxy.errors import AssemblyFailed, ContextOverflow, ProxyError, SessionConflict
 from proxy.identity import SessionIdentity
+from proxy.observe.observer import CallObserver, Observers
 from proxy.runtime import call_tag
 from proxy.runtime.assembly import Assembler, Candidate, TurnRequest
 from proxy.runtime.branch import BranchTurn, branch_of, first_branch_turn, next_branch_turn
@@ -208,6 +209,7 @@ class TurnRunner:
         clock: Callable[[], float] = time.monotonic,
         framing_secret: bytes = b"",
         calibrator: TokenCalibrator | None = None,
+        observer: CallObserver | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -219,6 +221,7 @@ class TurnRunner:
         self._branch_hashes = ChainMemo()
         self._framing_secret = framing_secret
         self.calibrator = calibrator or TokenCalibrator(settings, store)
+        self.observer = observer or Observers(())  # metrics and spans (proxy/observe/): fed every model call
 
     def framing_nonce(self, context_id: str) -> str:
         """The session's framing nonce: what its hidden wrappers and checkpoint tags carry."""
@@ -291,6 +294,7 @@ class TurnRunner:
                 assert self.steps is not None  # ``offered``; here for the type checker
                 rounds += 1
                 await self.steps.run_proxy_step(request, answer.message, calls, reply.visible_history)
+                self.observer.proxy_tool_calls(request, [call["function"]["name"] for call in calls])
                 # Each proxy-owned round is a model call of its own: its own turn number and trace file.
                 request = replace(
                     request,
@@ -367,6 +371,7 @@ class TurnRunner:
         """Assemble (unless legacy), call the provider once, and trace this attempt (a live stream's trace
         is written when the stream ends)."""
         call_tag.begin_attempt(recovery)  # record and replay: the first attempt or the overflow retry
+        began = time.time_ns()
         candidate = None if request.mode == "legacy" else await self.assembler.assemble(request)
         sent = candidate if request.mode == "dynamic" else None
         llm_input = build_llm_input(request.body, request.route, sent)
@@ -379,6 +384,7 @@ class TurnRunner:
         if request.mode == "shadow" and candidate is not None:  # record and replay compare shadow candidates
             call_tag.offer_shadow_candidate(lambda: build_llm_input(request.body, request.route, candidate))
         record = CallRecord(request, candidate, llm_input, _client_tokens(request.body), recovery, reason)
+        record.started_ns = began
         proxy_tools = sent.proxy_tools if sent is not None else frozenset()
         visible = sent.visible_history if sent is not None else ()
         started = time.perf_counter()
@@ -387,11 +393,13 @@ class TurnRunner:
             answer: Answer
             if not request.body.get("stream"):
                 response = await self.backend.complete(llm_input)
+                record.usage = response.get("usage")
                 await self.calibrator.observe(request.route, llm_input, response.get("usage"))
                 answer = Completion(response)
             elif proxy_tools:
                 buffered = [chunk async for chunk in await self.backend.stream(llm_input)]
-                await self.calibrator.observe(request.route, llm_input, usage_of(buffered))
+                record.usage = usage_of(buffered)
+                await self.calibrator.observe(request.route, llm_input, record.usage)
                 answer = BufferedStream([kept for c in buffered if (kept := _client_chunk(c, strip_usage)) is not None])
             else:
                 chunks = await self.backend.stream(llm_input)
@@ -399,6 +407,7 @@ class TurnRunner:
             return _Reply(answer, proxy_tools, visible)
         except ProxyError as exc:
             record.provider_error = exc.body()["error"]
+            record.provider_status = exc.status
             if isinstance(exc, ContextOverflow):
                 exc.sent_tokens = _estimated_size(llm_input, exc.counts_output)
             raise
@@ -419,9 +428,11 @@ class TurnRunner:
                 kept = _client_chunk(chunk, strip_usage)
                 if kept is not None:
                     yield kept
+            record.usage = usage
             await self.calibrator.observe(record.request.route, record.llm_input, usage)
         except ProxyError as exc:
             record.provider_error = exc.body()["error"]
+            record.provider_status = exc.status
             raise
         finally:
             try:
@@ -432,6 +443,7 @@ class TurnRunner:
                 self._write_trace(record)
 
     def _write_trace(self, record: CallRecord) -> None:
+        self.observer.model_call(record)  # the one observation point of a model call, traces on or off
         if self.traces is not None:
             request = record.request
             self.traces.write(request.identity.context_id, request.turn, trace_json(record), recovery=record.recovery)
