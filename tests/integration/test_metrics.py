@@ -144,6 +144,11 @@ def test_metrics_count_shadow_and_legacy_calls_by_mode_and_endpoint(start_proxy,
     messages = [{"role": "user", "content": "Analyse the spectra."}]
     client.chat.completions.create(model="test-model", messages=messages)
     client.chat.completions.create(model="test-model", messages=messages, extra_headers={"x-context-mode": "legacy"})
+    # A stream relayed live is counted when it ends.
+    streamed = client.chat.completions.create(
+        model="test-model", messages=messages, stream=True, extra_headers={"x-context-mode": "legacy"}
+    )
+    assert "".join(chunk.choices[0].delta.content or "" for chunk in streamed if chunk.choices) == "ok"
     anthropic = proxy.anthropic_client()
     anthropic.messages.create(model="test-model", max_tokens=100, messages=messages)
     provider.script(lambda body: Reply(error_status=429, error_body={"error": {"message": "slow down"}}))
@@ -154,9 +159,9 @@ def test_metrics_count_shadow_and_legacy_calls_by_mode_and_endpoint(start_proxy,
 
     found = samples(scrape(proxy.url, key=None).text)
     requests = "context_proxy_requests_total"
-    assert total(found, requests) == len(provider.history) == 4
+    assert total(found, requests) == len(provider.history) == 5
     assert total(found, requests, mode="shadow", endpoint="chat", status="200") == 1
-    assert total(found, requests, mode="legacy", endpoint="chat", status="200") == 1
+    assert total(found, requests, mode="legacy", endpoint="chat", status="200") == 2
     assert total(found, requests, mode="shadow", endpoint="messages", status="200") == 1
     assert total(found, requests, mode="shadow", endpoint="chat", status="429") == 1
     # Shadow forwards the client's request: sent equals client; legacy assembles no candidate.
