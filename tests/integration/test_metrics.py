@@ -149,6 +149,7 @@ def test_metrics_count_shadow_and_legacy_calls_by_mode_and_endpoint(start_proxy,
         model="test-model", messages=messages, stream=True, extra_headers={"x-context-mode": "legacy"}
     )
     assert "".join(chunk.choices[0].delta.content or "" for chunk in streamed if chunk.choices) == "ok"
+    assert client.responses.create(model="test-model", input="Analyse the spectra.").output_text == "ok"
     anthropic = proxy.anthropic_client()
     anthropic.messages.create(model="test-model", max_tokens=100, messages=messages)
     provider.script(lambda body: Reply(error_status=429, error_body={"error": {"message": "slow down"}}))
@@ -159,12 +160,13 @@ def test_metrics_count_shadow_and_legacy_calls_by_mode_and_endpoint(start_proxy,
 
     found = samples(scrape(proxy.url, key=None).text)
     requests = "context_proxy_requests_total"
-    assert total(found, requests) == len(provider.history) == 5
+    assert total(found, requests) == len(provider.history) == 6
     assert total(found, requests, mode="shadow", endpoint="chat", status="200") == 1
     assert total(found, requests, mode="legacy", endpoint="chat", status="200") == 2
     assert total(found, requests, mode="shadow", endpoint="messages", status="200") == 1
+    assert total(found, requests, mode="shadow", endpoint="responses", status="200") == 1
     assert total(found, requests, mode="shadow", endpoint="chat", status="429") == 1
     # Shadow forwards the client's request: sent equals client; legacy assembles no candidate.
     client_tokens = total(found, "context_proxy_prompt_tokens_total", kind="client")
     assert total(found, "context_proxy_prompt_tokens_total", kind="sent") == client_tokens > 0
-    assert total(found, "context_proxy_assembly_seconds_count") == 3
+    assert total(found, "context_proxy_assembly_seconds_count") == 4  # the shadow calls
