@@ -66,4 +66,3 @@ async def test_a_failing_observer_is_logged_and_the_next_one_still_sees_the_call
     assert record.provider_ms is not None and record.started_ns > 0
     assert record.usage is not None and record.usage["prompt_tokens"] > 0
     assert not (tmp_path / "data" / "context-traces").exists()
-
