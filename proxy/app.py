@@ -10,10 +10,11 @@ from __future__ import annotations
 import functools
 import hmac
 import logging
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from starlette.applications import Starlette
@@ -33,6 +34,8 @@ from proxy.ingress import messages as anthropic
 from proxy.ingress.messages_errors import error_response as anthropic_error
 from proxy.ingress.responses_api import ResponsesIngress
 from proxy.jsonio import JSONAnswer, dumps
+from proxy.observe.metrics import CONTENT_TYPE
+from proxy.observe.telemetry import Telemetry
 from proxy.replay.recorder import Recorder, RecordingMiddleware
 from proxy.report.inspector import Inspector
 from proxy.request_reader import RequestReader
@@ -44,6 +47,9 @@ from proxy.session import open_store
 from proxy.session.store import SessionStore
 from proxy.startup_gc import frozen_start_up
 from proxy.wire import ChatCompletionRequest, parse_chat_request
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 log = logging.getLogger("context_proxy")
 
@@ -64,9 +70,15 @@ def create_app(
     store: SessionStore | None = None,
     backend: ProviderBackend | None = None,
     assembler: Assembler | None = None,
+    tracer_provider: TracerProvider | None = None,
 ) -> Starlette:
-    """Build the proxy app. Parts not handed in are created when the app starts (its lifespan)."""
+    """Build the proxy app. Parts not handed in are created when the app starts (its lifespan).
+
+    ``tracer_provider`` receives a span per model call; without one, spans go to
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` when it is set (``proxy/observe/telemetry.py``).
+    """
     services = Services(store=store, backend=backend, assembler=assembler)
+    telemetry = Telemetry.build(tracer_provider, os.environ)
     drain = Drain(settings.shutdown_grace_seconds)
     reader = RequestReader(settings.max_request_bytes)
     # Record and replay (proxy/replay/): off unless a record folder is set, then nothing is wrapped.
@@ -88,7 +100,13 @@ def create_app(
         model_map = getattr(services.backend, "model_map_limits", _unknown_model)
         framing_secret = settings.framing_secret or await services.store.secret(SECRET_NAME)
         services.runner = build_runner(
-            settings, services.store, services.backend, model_map, framing_secret, services.assembler
+            settings,
+            services.store,
+            services.backend,
+            model_map,
+            framing_secret,
+            services.assembler,
+            telemetry.observer,
         )
         if recorder is not None:
             recorder.framing_nonce = services.runner.framing_nonce
@@ -104,6 +122,7 @@ def create_app(
                 await aclose()  # the provider connections, before the loop they belong to stops
             if owned_store:
                 await services.store.close()
+            await anyio.to_thread.run_sync(telemetry.shutdown)  # flushes pending spans: network I/O
 
     async def chat_completions(request: Request) -> Response:
         _authorize(request, settings)
@@ -172,6 +191,10 @@ def create_app(
         ]
         return JSONAnswer({"object": "list", "data": data})
 
+    async def metrics(request: Request) -> Response:
+        _authorize(request, settings)
+        return Response(telemetry.metrics.render(), media_type=CONTENT_TYPE)
+
     async def liveliness(request: Request) -> Response:
         return JSONAnswer({"status": "alive"})
 
@@ -201,6 +224,7 @@ def create_app(
         Route("/messages/count_tokens", _answering(count_tokens), methods=["POST"]),
         Route("/v1/models", _answering(list_models), methods=["GET"]),
         Route("/models", _answering(list_models), methods=["GET"]),
+        Route("/metrics", _answering(metrics), methods=["GET"]),
         Route("/health/liveliness", liveliness, methods=["GET"]),
         Route("/health/readiness", _answering(readiness), methods=["GET"]),
     ]

@@ -22,6 +22,7 @@ from proxy.context.registry import (
 )
 from proxy.context.state import StateConfig
 from proxy.context.types import SCOPES
+from proxy.observe.observer import CallObserver
 from proxy.runtime.assembly import Assembler
 from proxy.runtime.calibration import TokenCalibrator
 from proxy.runtime.dynamic import SessionAssembler
@@ -41,9 +42,10 @@ def build_runner(
     model_map: ModelMapLookup,
     framing_secret: bytes,
     assembler: Assembler | None = None,
+    observer: CallObserver | None = None,
 ) -> TurnRunner:
     """The runner for these settings; ``framing_secret`` is what the sessions' framing nonces derive
-    from, ``assembler`` replaces the dynamic pipeline (tests)."""
+    from, ``assembler`` replaces the dynamic pipeline (tests), ``observer`` gets every model call."""
     check_route_limits(settings, model_map)
     factories = checked_factories(settings)
     state_config = StateConfig(state_channels(factories))
@@ -83,6 +85,7 @@ def build_runner(
         dynamic,
         framing_secret=framing_secret,
         calibrator=TokenCalibrator(settings, store),
+        observer=observer,
     )
 
 

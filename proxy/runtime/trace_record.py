@@ -46,6 +46,11 @@ class CallRecord:
     provider_arguments: Mapping[str, Any] | None = None
     # Why nothing was sent: the assembly failed (``candidate`` and ``llm_input`` are then empty).
     assembly_error: BaseException | None = None
+    # For metrics and spans (proxy/observe/), not the trace file: the failed call's HTTP status, the
+    # usage the provider reported, and when the attempt began (wall clock, before assembly).
+    provider_status: int | None = None
+    usage: Mapping[str, Any] | None = None
+    started_ns: int = 0
 
 
 @dataclass(frozen=True)

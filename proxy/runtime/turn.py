@@ -28,6 +28,7 @@ from proxy.context.nonce import session_nonce
 from proxy.context.types import TokenEstimator
 from proxy.errors import AssemblyFailed, ContextOverflow, ProxyError, SessionConflict
 from proxy.identity import SessionIdentity
+from proxy.observe.observer import CallObserver, Observers
 from proxy.runtime import call_tag
 from proxy.runtime.assembly import Assembler, Candidate, TurnRequest
 from proxy.runtime.branch import BRANCH_TURNS, BranchTurn, branch_of, next_branch_turn
@@ -212,6 +213,7 @@ class TurnRunner:
         clock: Callable[[], float] = time.monotonic,
         framing_secret: bytes = b"",
         calibrator: TokenCalibrator | None = None,
+        observer: CallObserver | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -223,6 +225,7 @@ class TurnRunner:
         self._branch_hashes = ChainMemo()
         self._framing_secret = framing_secret
         self.calibrator = calibrator or TokenCalibrator(settings, store)
+        self.observer = observer or Observers(())  # metrics and spans (proxy/observe/): fed every model call
 
     def framing_nonce(self, context_id: str) -> str:
         """The session's framing nonce: what its hidden wrappers and checkpoint tags carry."""
@@ -305,6 +308,7 @@ class TurnRunner:
                 assert self.steps is not None  # ``offered``; here for the type checker
                 rounds += 1
                 await self.steps.run_proxy_step(request, answer.message, calls, reply.visible_history)
+                self.observer.proxy_tool_calls(request, [call["function"]["name"] for call in calls])
                 # Each proxy-owned round is a model call of its own: its own turn number and trace file.
                 request = replace(
                     request,
@@ -378,6 +382,7 @@ class TurnRunner:
         """Assemble (unless legacy), call the provider once, and trace this attempt (a live stream's trace
         is written when the stream ends)."""
         call_tag.begin_attempt(recovery)  # record and replay: the first attempt or the overflow retry
+        began = time.time_ns()
         candidate, shadow_failure = None, None
         if request.mode == "dynamic":
             candidate = await self._assemble(request, recovery, reason)
@@ -409,6 +414,7 @@ class TurnRunner:
             assembly_error=shadow_failure,
         )
         record.provider_arguments = self.backend.provider_arguments(llm_input)
+        record.started_ns = began
         proxy_tools = sent.proxy_tools if sent is not None else frozenset()
         visible = sent.visible_history if sent is not None else ()
         started = time.perf_counter()
@@ -417,11 +423,13 @@ class TurnRunner:
             answer: Answer
             if not request.body.get("stream"):
                 response = await self.backend.complete(llm_input)
-                await self.calibrator.observe(request.route, llm_input, response.get("usage"), *_named(request))
+                record.usage = response.get("usage")
+                await self.calibrator.observe(request.route, llm_input, record.usage, *_named(request))
                 answer = Completion(response)
             elif proxy_tools:
                 buffered = [chunk async for chunk in await self.backend.stream(llm_input)]
-                await self.calibrator.observe(request.route, llm_input, usage_of(buffered), *_named(request))
+                record.usage = usage_of(buffered)
+                await self.calibrator.observe(request.route, llm_input, record.usage, *_named(request))
                 answer = BufferedStream([kept for c in buffered if (kept := _client_chunk(c, strip_usage)) is not None])
             else:
                 chunks = await self.backend.stream(llm_input)
@@ -429,6 +437,7 @@ class TurnRunner:
             return _Reply(answer, proxy_tools, visible)
         except ProxyError as exc:
             record.provider_error = exc.body()["error"]
+            record.provider_status = exc.status
             if isinstance(exc, ContextOverflow):
                 # Counted as the assembly counted it (the route's calibrated estimator), so RouteLimits
                 # judges the provider's statement against the same figure the window was filled by.
@@ -441,6 +450,7 @@ class TurnRunner:
 
     async def _assemble(self, request: TurnRequest, recovery: int, reason: str) -> Candidate:
         """The dynamic candidate; a failed assembly is traced (no provider call follows) and raised unchanged."""
+        began = time.time_ns()
         try:
             return await self.assembler.assemble(request)
         except Exception as exc:  # any failure: the client gets its error as before, the trace says why
@@ -453,6 +463,7 @@ class TurnRunner:
                 reason,
                 assembly_error=exc,
             )
+            failed.started_ns = began
             self._write_trace(failed)
             raise
 
@@ -468,9 +479,11 @@ class TurnRunner:
                 kept = _client_chunk(chunk, strip_usage)
                 if kept is not None:
                     yield kept
+            record.usage = usage
             await self.calibrator.observe(record.request.route, record.llm_input, usage, *_named(record.request))
         except ProxyError as exc:
             record.provider_error = exc.body()["error"]
+            record.provider_status = exc.status
             raise
         finally:
             try:
@@ -492,6 +505,7 @@ class TurnRunner:
         return counter
 
     def _write_trace(self, record: CallRecord) -> None:
+        self.observer.model_call(record)  # the one observation point of a model call, traces on or off
         if self.traces is not None:
             request = record.request
             self.traces.write(request.identity.context_id, request.turn, trace_json(record), recovery=record.recovery)
