@@ -1,8 +1,8 @@
-"""The Starlette app: routes, authentication, request reading and the one error renderer.
+"""The Starlette app: routes, authentication, request reading and the one error renderer per API shape.
 
-Every answer is JSON in OpenAI's shape, an unexpected error included (a 500 that leaves the
-keep-alive connection usable), and every stream ends with ``[DONE]``, after an ``error`` event when
-it could not be completed.
+Every answer is JSON in OpenAI's shape (a Messages route's errors in Anthropic's), an unexpected error
+included (a 500 that leaves the keep-alive connection usable), and every stream ends with ``[DONE]``,
+after an ``error`` event when it could not be completed.
 """
 
 from __future__ import annotations
@@ -62,6 +62,16 @@ class Services:
     backend: ProviderBackend | None = None
     assembler: Assembler | None = None
     runner: TurnRunner | None = None
+
+    def ready_runner(self) -> TurnRunner:
+        """The runner, or the 503 every ingress answers until the lifespan has built it.
+
+        Each route asks at the point it needs the runner (after its own authentication and validation),
+        so a bad request during start-up still gets its 4xx.
+        """
+        if self.runner is None:
+            raise ProxyError("The proxy is still starting.", status=503, code="starting")
+        return self.runner
 
 
 def create_app(
@@ -135,12 +145,11 @@ def create_app(
             )
         check_client_params(body, route.allowed_client_params)
         identity = identify(request.headers, body)
-        if services.runner is None:
-            raise ProxyError("The proxy is still starting.", status=503, code="starting")
+        runner = services.ready_runner()
         mode = _mode(request, settings)
         try:
             async with drain.bounded():
-                result = await services.runner.run(body, identity, route, request.headers, mode)
+                result = await runner.run(body, identity, route, request.headers, mode)
         except ProxyError as exc:
             # The session is known by now: an error answer names it too, so a client can find its trace.
             exc.headers.update({"x-context-id": identity.context_id, "x-context-mode": mode})
@@ -149,7 +158,7 @@ def create_app(
             return JSONAnswer(result.answer.response, headers=result.headers)
         return _EventStream(result.answer, drain, result.headers)
 
-    responses_api = ResponsesIngress(settings, lambda: services.runner)
+    responses_api = ResponsesIngress(settings, services.ready_runner)
 
     async def responses(request: Request) -> Response:
         _authorize(request, settings)
@@ -162,26 +171,15 @@ def create_app(
         return await responses_api.retrieve(request.path_params["response_id"])
 
     async def messages(request: Request) -> Response:
-        try:
-            _authorize(request, settings)
-            body = await reader.json(request)
-            if services.runner is None:
-                raise ProxyError("The proxy is still starting.", status=503, code="starting")
-            return await anthropic.create_message(
-                body, request.headers, settings, services.runner, _mode(request, settings)
-            )
-        except ProxyError as exc:  # Anthropic clients read only Anthropic's error shape
-            return anthropic_error(exc)
+        _authorize(request, settings)
+        body = await reader.json(request)
+        runner = services.ready_runner()
+        return await anthropic.create_message(body, request.headers, settings, runner, _mode(request, settings))
 
     async def count_tokens(request: Request) -> Response:
-        try:
-            _authorize(request, settings)
-            body = await reader.json(request)
-            if services.runner is None:
-                raise ProxyError("The proxy is still starting.", status=503, code="starting")
-            return await anthropic.count_tokens(body, request.headers, settings, services.runner)
-        except ProxyError as exc:
-            return anthropic_error(exc)
+        _authorize(request, settings)
+        body = await reader.json(request)
+        return await anthropic.count_tokens(body, request.headers, settings, services.ready_runner())
 
     async def list_models(request: Request) -> Response:
         _authorize(request, settings)
@@ -218,10 +216,11 @@ def create_app(
         Route("/responses/compact", _answering(responses), methods=["POST"]),
         Route("/v1/responses/{response_id}", _answering(retrieve_response), methods=["GET"]),
         Route("/responses/{response_id}", _answering(retrieve_response), methods=["GET"]),
-        Route("/v1/messages", _answering(messages), methods=["POST"]),
-        Route("/messages", _answering(messages), methods=["POST"]),
-        Route("/v1/messages/count_tokens", _answering(count_tokens), methods=["POST"]),
-        Route("/messages/count_tokens", _answering(count_tokens), methods=["POST"]),
+        # Anthropic clients read only Anthropic's error shape.
+        Route("/v1/messages", _answering(messages, anthropic_error), methods=["POST"]),
+        Route("/messages", _answering(messages, anthropic_error), methods=["POST"]),
+        Route("/v1/messages/count_tokens", _answering(count_tokens, anthropic_error), methods=["POST"]),
+        Route("/messages/count_tokens", _answering(count_tokens, anthropic_error), methods=["POST"]),
         Route("/v1/models", _answering(list_models), methods=["GET"]),
         Route("/models", _answering(list_models), methods=["GET"]),
         Route("/metrics", _answering(metrics), methods=["GET"]),
@@ -241,8 +240,14 @@ def create_app(
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
-def _answering(endpoint: Endpoint) -> Endpoint:
-    """``endpoint`` answering an unexpected error itself, with a JSON 500.
+def _openai_error(exc: ProxyError) -> Response:
+    """The OpenAI-shaped answer for ``exc``: the default shape of every route."""
+    return JSONAnswer(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+def _answering(endpoint: Endpoint, render: Callable[[ProxyError], Response] = _openai_error) -> Endpoint:
+    """``endpoint`` answering its errors itself: a ``ProxyError`` in the route's API shape (``render``),
+    an unexpected error with a JSON 500.
 
     Starlette hands an ``Exception`` handler's error to ``ServerErrorMiddleware``, which sends the
     answer and then re-raises; uvicorn, seeing the error after a complete response, drops the
@@ -253,8 +258,10 @@ def _answering(endpoint: Endpoint) -> Endpoint:
     async def answering(request: Request) -> Response:
         try:
             return await endpoint(request)
-        except (ProxyError, HTTPException):
-            raise  # rendered by their handlers, which return normally
+        except ProxyError as exc:
+            return render(exc)
+        except HTTPException:
+            raise  # rendered by its handler, which returns normally
         except Exception:
             return _internal_error(request)
 
@@ -351,8 +358,9 @@ def _event(data: dict[str, Any]) -> bytes:
 
 
 async def _proxy_error(request: Request, exc: Exception) -> Response:
+    # Reached only for errors outside an endpoint (``_answering`` renders the others).
     assert isinstance(exc, ProxyError)
-    return JSONAnswer(exc.body(), status_code=exc.status, headers=exc.headers)
+    return _openai_error(exc)
 
 
 _HTTP_ERROR_TYPES = {404: ("not_found_error", "not_found"), 405: ("invalid_request_error", "method_not_allowed")}

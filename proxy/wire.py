@@ -9,7 +9,8 @@ results) are checked here so a bad request fails before anything is stored.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -22,6 +23,7 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 
 from proxy.errors import InvalidRequest
 
@@ -216,21 +218,36 @@ class ChatCompletionRequest(BaseModel):
     metadata: dict[str, Any] | None = None
 
 
-def parse_chat_request(body: Any) -> ChatCompletionRequest:
-    """Validate a decoded JSON body; raises ``InvalidRequest`` naming the first problem."""
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def validated(model: type[_Model], body: Any, name_error: Callable[[list[ErrorDetails]], InvalidRequest]) -> _Model:
+    """``body`` (a decoded JSON object) validated as ``model``, for every ingress's request parsing.
+
+    A body that is not an object, or fails validation, raises ``InvalidRequest``: ``name_error`` words
+    pydantic's errors as that API names a parameter (which error, which location, which prefix).
+    """
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.")
     try:
-        request = ChatCompletionRequest.model_validate(body)
+        return model.model_validate(body)
     except ValidationError as exc:
-        # A union (string or parts, int or float) reports every branch; the deepest error is the one
-        # about what the client actually sent (a list's bad part, not "should be a valid string").
-        errors = exc.errors(include_url=False)
-        error = max(errors, key=lambda e: len(e["loc"]))
-        location = _location(error["loc"])
-        raise InvalidRequest(f"Invalid request: {location}: {error['msg']}", param=location or None) from None
+        raise name_error(exc.errors(include_url=False)) from None
+
+
+def parse_chat_request(body: Any) -> ChatCompletionRequest:
+    """Validate a decoded JSON body; raises ``InvalidRequest`` naming the first problem."""
+    request = validated(ChatCompletionRequest, body, _chat_error)
     check_tool_pairing(body["messages"])
     return request
+
+
+def _chat_error(errors: list[ErrorDetails]) -> InvalidRequest:
+    # A union (string or parts, int or float) reports every branch; the deepest error is the one
+    # about what the client actually sent (a list's bad part, not "should be a valid string").
+    error = max(errors, key=lambda e: len(e["loc"]))
+    location = _location(error["loc"])
+    return InvalidRequest(f"Invalid request: {location}: {error['msg']}", param=location or None)
 
 
 def _location(loc: tuple[int | str, ...]) -> str:

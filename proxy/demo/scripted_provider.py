@@ -17,7 +17,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 from starlette.applications import Starlette
@@ -314,12 +314,16 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve_in_thread(app: Any, port: int | None = None) -> Iterator[str]:
-    """Serve an ASGI app with uvicorn on 127.0.0.1 in a background thread; yields its base URL."""
+def serve_in_thread(app: Any, port: int | None = None, *, lifespan: Literal["on", "off"] = "on") -> Iterator[str]:
+    """Serve an ASGI app with uvicorn on 127.0.0.1 in a background thread; yields its base URL.
+
+    ``lifespan="off"`` serves an app that never starts: how a test sees what a request meets before
+    start-up has finished (uvicorn itself accepts connections only after it).
+    """
     port = port or free_port()
     # The stdlib loop: a server in a helper thread is stopped and its loop closed from outside, which
     # uvloop reports as errors on transports it still holds.
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", loop="asyncio")
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan=lifespan, loop="asyncio")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
     thread.start()

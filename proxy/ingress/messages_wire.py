@@ -8,14 +8,15 @@ would otherwise be lost without a word.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import ErrorDetails
 
 from proxy.errors import InvalidRequest
+from proxy.wire import validated
 
 _Open = ConfigDict(extra="allow")
-_M = TypeVar("_M", bound=BaseModel)
 
 
 class TextBlock(BaseModel):
@@ -187,12 +188,12 @@ KNOWN_FIELDS = frozenset(MessagesRequest.model_fields)
 
 def parse_messages_request(body: Any) -> MessagesRequest:
     """Validate a decoded JSON body; raises ``InvalidRequest`` naming the first problem."""
-    return _parse(MessagesRequest, body)
+    return validated(MessagesRequest, body, _invalid)
 
 
 def parse_count_tokens_request(body: Any) -> CountTokensRequest:
     """Validate a ``count_tokens`` body; raises ``InvalidRequest`` naming the first problem."""
-    return _parse(CountTokensRequest, body)
+    return validated(CountTokensRequest, body, _invalid)
 
 
 def parse_block(raw: Any, where: str, allowed: tuple[str, ...]) -> Any:
@@ -209,11 +210,8 @@ def parse_block(raw: Any, where: str, allowed: tuple[str, ...]) -> Any:
 
 
 def _parse_block(raw: dict[str, Any], where: str) -> Any:
-    holder = _BlockHolder if raw["type"] in _MODELED else _ServerHolder
-    try:
-        return holder.model_validate({"block": raw}).block
-    except ValidationError as exc:
-        raise _invalid(exc, prefix=where) from None
+    holder: type[_BlockHolder | _ServerHolder] = _BlockHolder if raw["type"] in _MODELED else _ServerHolder
+    return validated(holder, {"block": raw}, lambda errors: _invalid(errors, prefix=where)).block
 
 
 class _BlockHolder(BaseModel):
@@ -227,17 +225,8 @@ class _ServerHolder(BaseModel):
 _MODELED = frozenset({"text", "image", "document", "tool_use", "tool_result", "thinking", "redacted_thinking"})
 
 
-def _parse(model: type[_M], body: Any) -> _M:
-    if not isinstance(body, dict):
-        raise InvalidRequest("The request body must be a JSON object.")
-    try:
-        return model.model_validate(body)
-    except ValidationError as exc:
-        raise _invalid(exc) from None
-
-
-def _invalid(exc: ValidationError, prefix: str = "") -> InvalidRequest:
-    error = exc.errors(include_url=False)[0]
+def _invalid(errors: list[ErrorDetails], prefix: str = "") -> InvalidRequest:
+    error = errors[0]
     parts = [str(part) for part in error["loc"] if part != "block"]
     location = ".".join(([prefix] if prefix else []) + parts)
     return InvalidRequest(f"{location}: {error['msg']}", param=location or None)

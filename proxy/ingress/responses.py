@@ -24,10 +24,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import ErrorDetails
 
 from proxy.errors import InvalidRequest
-from proxy.wire import check_tool_pairing
+from proxy.wire import check_tool_pairing, validated
 
 COMPACTION_TRIGGER = "compaction_trigger"
 # Tool types that run on OpenAI's side; a chat provider cannot run them.
@@ -110,16 +111,15 @@ class ResponsesRequest(BaseModel):
 
 def parse_responses_request(body: Any) -> ResponsesRequest:
     """Validate a decoded JSON body; raises ``InvalidRequest`` naming the first problem."""
-    if not isinstance(body, dict):
-        raise InvalidRequest("The request body must be a JSON object.")
-    try:
-        return ResponsesRequest.model_validate(body)
-    except ValidationError as exc:
-        error = exc.errors(include_url=False)[0]
-        location = ".".join(str(part) for part in error["loc"])
-        # The field is the parameter; the rest of pydantic's location names union branches.
-        field = str(error["loc"][0]) if error["loc"] else None
-        raise InvalidRequest(f"Invalid request: {location}: {error['msg']}", param=field) from None
+    return validated(ResponsesRequest, body, _invalid)
+
+
+def _invalid(errors: list[ErrorDetails]) -> InvalidRequest:
+    error = errors[0]
+    location = ".".join(str(part) for part in error["loc"])
+    # The field is the parameter; the rest of pydantic's location names union branches.
+    field = str(error["loc"][0]) if error["loc"] else None
+    return InvalidRequest(f"Invalid request: {location}: {error['msg']}", param=field)
 
 
 @dataclass(frozen=True)

@@ -52,17 +52,15 @@ class PreviousResponseNotFound(ProxyError):
 
 
 class ResponsesIngress:
-    """Serves the Responses API over the app's runner (available once the app has started)."""
+    """Serves the Responses API over the app's runner.
 
-    def __init__(self, settings: Settings, runner: Callable[[], TurnRunner | None]) -> None:
+    ``runner`` returns it once the app has started, and before that raises the app's 503 "starting"
+    error (``Services.ready_runner``), asked only when a request has got as far as needing it.
+    """
+
+    def __init__(self, settings: Settings, runner: Callable[[], TurnRunner]) -> None:
         self._settings = settings
-        self._runner = runner
-
-    def _ready(self) -> TurnRunner:
-        runner = self._runner()
-        if runner is None:
-            raise ProxyError("The proxy is still starting.", status=503, code="starting")
-        return runner
+        self._ready = runner
 
     async def create(self, body: Any, headers: Mapping[str, str], mode: Mode, *, compact: bool = False) -> Response:
         """``POST /v1/responses``; ``compact`` for ``POST /v1/responses/compact``."""

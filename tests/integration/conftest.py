@@ -65,13 +65,13 @@ def provider(_provider_server: tuple[ScriptedProvider, str]) -> ProviderHandle:
     return ProviderHandle(scripted, url)
 
 
-def route_to(provider_url: str, name: str = MODEL) -> ModelRoute:
-    """A model_list entry pointing litellm at the scripted provider."""
+def route_to(provider_url: str, name: str = MODEL, *, window: int = 16_000, max_output: int = 2_000) -> ModelRoute:
+    """A model_list entry pointing litellm at the scripted provider, with a ``window``-token input limit."""
     return ModelRoute(
         model_name=name,
         litellm_params={"model": "openai/scripted", "api_base": f"{provider_url}/v1", "api_key": "sk-test-provider"},
-        max_input_tokens=16_000,
-        max_output_tokens=2_000,
+        max_input_tokens=window,
+        max_output_tokens=max_output,
     )
 
 

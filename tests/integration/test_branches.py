@@ -23,7 +23,7 @@ from proxy.demo.science import is_summary_request
 from proxy.demo.scripted_provider import Reply, ToolCall
 from proxy.identity import identify
 from proxy.session import open_store
-from tests.integration.conftest import STORE_BACKENDS, store_url_for
+from tests.integration.conftest import STORE_BACKENDS, route_to, store_url_for
 from tests.session.store_rows import session_info
 
 RUNS = 10
@@ -178,12 +178,7 @@ async def test_identical_requests_sent_together_take_turns_and_store_one_copy(
 
 
 def _route(provider_url: str) -> ModelRoute:
-    return ModelRoute(
-        "test-model",
-        {"model": "openai/scripted", "api_base": f"{provider_url}/v1", "api_key": "sk-test-provider"},
-        max_input_tokens=6_000,
-        max_output_tokens=1_000,
-    )
+    return route_to(provider_url, window=6_000, max_output=1_000)
 
 
 def _body(tag: str, size: int) -> str:

@@ -42,6 +42,7 @@ from proxy.context.checkpoint import CHECKPOINT_OPEN
 from proxy.demo.science import TOOLS as SCIENCE_TOOLS
 from proxy.demo.science import checkpoint_for, is_summary_request, tool_output
 from proxy.demo.scripted_provider import Reply, ToolCall
+from tests.integration.conftest import route_to
 
 CASSETTES = Path(__file__).parents[2] / "cassettes"
 RECORDING = os.environ.get("CONTEXT_PROXY_RECORD_CASSETTES") == "1"
@@ -144,12 +145,7 @@ def replay_checked(provider):
 
 
 def _route(provider_url: str, window: int = 16_000, output: int = 2_000) -> ModelRoute:
-    return ModelRoute(
-        "lab-model",
-        {"model": "openai/scripted", "api_base": f"{provider_url}/v1", "api_key": "sk-test-provider"},
-        max_input_tokens=window,
-        max_output_tokens=output,
-    )
+    return route_to(provider_url, "lab-model", window=window, max_output=output)
 
 
 @pytest.fixture

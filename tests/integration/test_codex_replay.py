@@ -13,10 +13,10 @@ from typing import Any
 
 import httpx
 
-from proxy.config import ModelRoute
 from proxy.context.checkpoint import CHECKPOINT_OPEN
 from proxy.demo.science import checkpoint_for, is_summary_request
 from proxy.demo.scripted_provider import Reply, ToolCall
+from tests.integration.conftest import route_to
 
 CODEX = Path(__file__).parents[1] / "data" / "agents" / "codex-0.171.0"
 _DROP_HEADERS = {"host", "content-length", "authorization", "accept-encoding"}
@@ -27,12 +27,7 @@ def _capture(name: str) -> dict[str, Any]:
 
 
 def _proxy(start_proxy: Any, provider: Any) -> Any:
-    route = ModelRoute(
-        "gpt-5.5",
-        {"model": "openai/scripted", "api_base": f"{provider.url}/v1", "api_key": "sk-test-provider"},
-        max_input_tokens=200_000,
-        max_output_tokens=8_000,
-    )
+    route = route_to(provider.url, "gpt-5.5", window=200_000, max_output=8_000)
     return start_proxy(models=(route,), trace_enabled=True)
 
 

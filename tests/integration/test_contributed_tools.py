@@ -17,18 +17,14 @@ import pytest
 from proxy.config import ModelRoute
 from proxy.demo.scripted_provider import Reply, ToolCall
 from proxy.session import open_store
+from tests.integration.conftest import route_to
 
 PLUGIN = Path(__file__).parents[1] / "plugins" / "sample_contributor_pkg"
 BUILTINS = "identity,governance,run_contract,capabilities,skills,plan,delegation,artifact,review,memory"
 
 
 def _route(provider_url: str, window: int) -> ModelRoute:
-    return ModelRoute(
-        "lab-model",
-        {"model": "openai/scripted", "api_base": f"{provider_url}/v1", "api_key": "sk-test-provider"},
-        max_input_tokens=window,
-        max_output_tokens=1_000,
-    )
+    return route_to(provider_url, "lab-model", window=window, max_output=1_000)
 
 
 def _install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *names: str) -> None:

@@ -12,6 +12,7 @@ import pytest
 from proxy.config import ModelRoute
 from proxy.demo.science import checkpoint_for, is_summary_request
 from proxy.demo.scripted_provider import Reply, ToolCall
+from tests.integration.conftest import route_to
 
 PLUGIN = Path(__file__).parents[1] / "plugins" / "sample_contributor_pkg"
 SYSTEM = "You are Ada, a careful crystallography agent. Never discard raw diffraction frames."
@@ -20,12 +21,7 @@ CONTRACT = "Run contract: budget 40 steps; deliver a refined structure file and 
 
 
 def _route(provider_url: str, window: int = 16_000) -> ModelRoute:
-    return ModelRoute(
-        "lab-model",
-        {"model": "openai/scripted", "api_base": f"{provider_url}/v1", "api_key": "sk-test-provider"},
-        max_input_tokens=window,
-        max_output_tokens=1_000,
-    )
+    return route_to(provider_url, "lab-model", window=window, max_output=1_000)
 
 
 def _skills(folder: Path) -> Path:

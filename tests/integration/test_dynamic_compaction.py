@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import tiktoken
 
-from proxy.config import ModelRoute
 from proxy.demo.science import PLANTED_FACT, TOOLS, ScienceModel, client_tool_result, is_summary_request
 from proxy.wire import check_tool_pairing
+from tests.integration.conftest import route_to
 
 WINDOW = 16_000
 ENCODING = tiktoken.get_encoding("o200k_base")
@@ -24,15 +24,6 @@ ENCODING = tiktoken.get_encoding("o200k_base")
 
 def _tokens(messages: list[dict[str, Any]]) -> int:
     return len(ENCODING.encode(json.dumps(messages, ensure_ascii=False)))
-
-
-def _route(provider_url: str) -> ModelRoute:
-    return ModelRoute(
-        "science-model",
-        {"model": "openai/scripted", "api_base": f"{provider_url}/v1", "api_key": "sk-test-provider"},
-        max_input_tokens=WINDOW,
-        max_output_tokens=2_000,
-    )
 
 
 def _run_agent(client: Any, steps: int, session: str, stream: bool = False) -> tuple[str, list[dict[str, Any]], int]:
@@ -78,7 +69,9 @@ def test_long_tool_run_stays_in_the_window_and_reads_back_a_compacted_fact(start
     steps = 150
     model = ScienceModel(steps)
     provider.script(model, context_window=WINDOW)
-    proxy = start_proxy(mode="dynamic", models=(_route(provider.url),), trace_enabled=True)
+    proxy = start_proxy(
+        mode="dynamic", models=(route_to(provider.url, "science-model", window=WINDOW),), trace_enabled=True
+    )
     answer, history, turns = _run_agent(proxy.client(), steps, "long-run")
 
     assert PLANTED_FACT in answer
@@ -111,7 +104,9 @@ def test_compacted_run_streams_and_keeps_traces_per_call(start_proxy, provider, 
     steps = 25
     model = ScienceModel(steps)
     provider.script(model, context_window=WINDOW)
-    proxy = start_proxy(mode="dynamic", models=(_route(provider.url),), trace_enabled=True)
+    proxy = start_proxy(
+        mode="dynamic", models=(route_to(provider.url, "science-model", window=WINDOW),), trace_enabled=True
+    )
     answer, _, turns = _run_agent(proxy.client(), steps, "streamed-run", stream=True)
     assert PLANTED_FACT in answer
     folder = proxy.settings.data_dir / "context-traces" / "streamed-run"
@@ -143,7 +138,9 @@ def test_mixed_proxy_and_client_calls_never_reach_the_client(start_proxy, provid
 
     provider.script(script)
     options = {"capabilities": {"deferred": ["mcp__*"]}}
-    proxy = start_proxy(mode="dynamic", models=(_route(provider.url),), contributor_options=options)
+    proxy = start_proxy(
+        mode="dynamic", models=(route_to(provider.url, "science-model", window=WINDOW),), contributor_options=options
+    )
     result = proxy.client().chat.completions.create(
         model="science-model", messages=[{"role": "user", "content": "go"}], tools=[*TOOLS, deferred], stream=stream
     )
@@ -165,7 +162,7 @@ def test_mixed_proxy_and_client_calls_never_reach_the_client(start_proxy, provid
 
 def test_read_tool_output_is_offered_only_once_references_are_in_play(start_proxy, provider):
     provider.script(ScienceModel(6))
-    proxy = start_proxy(mode="dynamic", models=(_route(provider.url),))
+    proxy = start_proxy(mode="dynamic", models=(route_to(provider.url, "science-model", window=WINDOW),))
     _run_agent(proxy.client(), 6, "references")
     offered = [
         "read_tool_output" in {t["function"]["name"] for t in body["tools"]}
@@ -179,7 +176,9 @@ def test_read_tool_output_is_offered_only_once_references_are_in_play(start_prox
 
 def test_shadow_sends_the_clients_request_and_traces_the_candidate(start_proxy, provider):
     provider.script(ScienceModel(3))
-    proxy = start_proxy(mode="shadow", models=(_route(provider.url),), trace_enabled=True)
+    proxy = start_proxy(
+        mode="shadow", models=(route_to(provider.url, "science-model", window=WINDOW),), trace_enabled=True
+    )
     messages = [{"role": "system", "content": "lab agent"}, {"role": "user", "content": "start"}]
     proxy.client().chat.completions.create(
         model="science-model", messages=messages, tools=TOOLS, extra_headers={"x-session-id": "shadowed"}
@@ -209,7 +208,9 @@ def test_summarizer_overflow_falls_back_to_trimming_without_recursion(start_prox
         return model(body)
 
     provider.script(script)
-    proxy = start_proxy(mode="dynamic", models=(_route(provider.url),), trace_enabled=True)
+    proxy = start_proxy(
+        mode="dynamic", models=(route_to(provider.url, "science-model", window=WINDOW),), trace_enabled=True
+    )
     _, _, turns = _run_agent(proxy.client(), 40, "no-summary")
     summary_calls = [b for b in provider.history if is_summary_request(b)]
     assert summary_calls, "the run never needed a checkpoint"

@@ -22,7 +22,7 @@ from proxy.context.hidden import HIDDEN_MESSAGE, is_hidden_message
 from proxy.context.nonce import session_nonce
 from proxy.demo.science import checkpoint_for, is_summary_request
 from proxy.demo.scripted_provider import Reply, ToolCall, serve_in_thread
-from tests.integration.conftest import ProxyHandle
+from tests.integration.conftest import ProxyHandle, route_to
 
 SECRET = b"framing tests: a pinned secret"
 FORGED = (
@@ -47,12 +47,7 @@ CLIENT_READER = _tool("read_tool_output", {"path": {"type": "string"}})
 
 
 def _route(provider_url: str) -> ModelRoute:
-    return ModelRoute(
-        "lab-model",
-        {"model": "openai/scripted", "api_base": f"{provider_url}/v1", "api_key": "sk-test-provider"},
-        max_input_tokens=8_000,
-        max_output_tokens=1_000,
-    )
+    return route_to(provider_url, "lab-model", window=8_000, max_output=1_000)
 
 
 def _call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -10,9 +10,9 @@ import anthropic
 import pytest
 import tiktoken
 
-from proxy.config import ModelRoute
 from proxy.demo.science import PLANTED_FACT, TOOLS, ScienceModel, is_summary_request, tool_output
 from proxy.wire import check_tool_pairing
+from tests.integration.conftest import route_to
 
 WINDOW = 16_000
 ENCODING = tiktoken.get_encoding("o200k_base")
@@ -29,15 +29,6 @@ ANTHROPIC_TOOLS: list[Any] = [
 
 def _tokens(messages: list[dict[str, Any]]) -> int:
     return len(ENCODING.encode(json.dumps(messages, ensure_ascii=False)))
-
-
-def _route(provider_url: str) -> ModelRoute:
-    return ModelRoute(
-        "science-model",
-        {"model": "openai/scripted", "api_base": f"{provider_url}/v1", "api_key": "sk-test-provider"},
-        max_input_tokens=WINDOW,
-        max_output_tokens=2_000,
-    )
 
 
 def _answer(sdk: anthropic.Anthropic, messages: list[dict[str, Any]], stream: bool) -> anthropic.types.Message:
@@ -63,7 +54,7 @@ def test_forty_step_tool_loop_stays_in_the_window_with_the_task_in_every_request
     model = ScienceModel(steps)
     provider.script(model, context_window=WINDOW)
     provider.provider.token_scale = 1.0  # counts as tiktoken does, as this test measures
-    proxy = start_proxy(models=(_route(provider.url),))
+    proxy = start_proxy(models=(route_to(provider.url, "science-model", window=WINDOW),))
     sdk = proxy.anthropic_client()
     messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": TASK}]}]
     for _turn in range(steps + 3):

@@ -23,6 +23,7 @@ from proxy.replay.cassette import CALL_HEADER, read_recordings
 from proxy.replay.page import render
 from proxy.replay.replay import replay
 from proxy.replay.verdict import judge
+from tests.integration.conftest import route_to
 
 WINDOW = 8_000
 STEPS = 16
@@ -38,12 +39,7 @@ OPTIONS = {"capabilities": {"deferred": ["mcp__*"]}}
 
 
 def _route(provider_url: str, window: int = WINDOW) -> ModelRoute:
-    return ModelRoute(
-        "science-model",
-        {"model": "openai/scripted", "api_base": f"{provider_url}/v1", "api_key": "sk-test-provider"},
-        max_input_tokens=window,
-        max_output_tokens=2_000,
-    )
+    return route_to(provider_url, "science-model", window=window)
 
 
 class _Lab:

@@ -19,20 +19,11 @@ import openai
 import pytest
 
 from proxy.cli import main as cli
-from proxy.config import ModelRoute
 from proxy.demo.science import TOOLS, ScienceModel, client_tool_result
+from tests.integration.conftest import route_to
 
 WINDOW = 16_000
 CHROMIUM = "/usr/bin/chromium"
-
-
-def _route(provider_url: str) -> ModelRoute:
-    return ModelRoute(
-        "science-model",
-        {"model": "openai/scripted", "api_base": f"{provider_url}/v1", "api_key": "sk-test-provider"},
-        max_input_tokens=WINDOW,
-        max_output_tokens=2_000,
-    )
 
 
 def _agent(client: openai.OpenAI, session: str, steps: int, headers: dict[str, str] | None = None) -> int | None:
@@ -125,7 +116,12 @@ def _expected(folder: Path) -> dict[str, dict[str, Any]]:
 @pytest.fixture
 def traced_sessions(start_proxy, provider) -> Path:
     """A dynamic session that compacts and a shadow session the provider refuses for size, traced."""
-    proxy = start_proxy(mode="dynamic", models=(_route(provider.url),), trace_enabled=True, allow_mode_header=True)
+    proxy = start_proxy(
+        mode="dynamic",
+        models=(route_to(provider.url, "science-model", window=WINDOW),),
+        trace_enabled=True,
+        allow_mode_header=True,
+    )
     provider.script(ScienceModel(40), context_window=WINDOW)
     assert _agent(proxy.client(), "dynamic-run", 40) is None
     provider.script(ScienceModel(12), context_window=WINDOW)

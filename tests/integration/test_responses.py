@@ -15,12 +15,11 @@ import openai
 import pytest
 import tiktoken
 
-from proxy.config import ModelRoute
 from proxy.demo.science import TOOLS as SCIENCE_TOOLS
 from proxy.demo.science import ScienceModel, client_tool_result, is_summary_request
 from proxy.demo.scripted_provider import Reply, ToolCall
 from proxy.wire import check_tool_pairing
-from tests.integration.conftest import MODEL
+from tests.integration.conftest import MODEL, route_to
 
 WEATHER = {
     "type": "function",
@@ -231,12 +230,7 @@ def test_forty_step_tool_loop_in_a_16k_window_keeps_every_request_within_the_lim
     model = ScienceModel(steps)
     provider.script(model, context_window=WINDOW)
     provider.provider.token_scale = 1.0  # counts as tiktoken does, as this test measures
-    route = ModelRoute(
-        "science-model",
-        {"model": "openai/scripted", "api_base": f"{provider.url}/v1", "api_key": "sk-test-provider"},
-        max_input_tokens=WINDOW,
-        max_output_tokens=2_000,
-    )
+    route = route_to(provider.url, "science-model", window=WINDOW)
     proxy = start_proxy(mode="dynamic", models=(route,))
     client = proxy.client()
     task = f"Run the {steps}-step calibration protocol, then report the calibration fact."

@@ -18,18 +18,14 @@ from proxy.config import ModelRoute
 from proxy.demo.science import PLANTED_FACT, TOOLS, ScienceModel, is_summary_request, tool_output
 from proxy.demo.scripted_provider import Reply
 from proxy.session import open_store
+from tests.integration.conftest import route_to
 
 WINDOW = 16_000
 STEPS = 60
 
 
 def _route(provider_url: str, window: int = WINDOW, max_output: int = 2_000) -> ModelRoute:
-    return ModelRoute(
-        "calibrated-model",
-        {"model": "openai/scripted", "api_base": f"{provider_url}/v1", "api_key": "sk-test-provider"},
-        max_input_tokens=window,
-        max_output_tokens=max_output,
-    )
+    return route_to(provider_url, "calibrated-model", window=window, max_output=max_output)
 
 
 def mixed_output(step: int, output_bytes: int = 12_000) -> str:
