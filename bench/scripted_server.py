@@ -102,7 +102,14 @@ def main(argv: list[str] | None = None) -> None:
     if not args.keep_history:
         # The overhead runs send tens of thousands of requests; nobody reads them back.
         provider.history = _Counter()
-    uvicorn.run(build_app(provider), host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+    uvicorn.run(
+        build_app(provider),
+        host="127.0.0.1",
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        timeout_keep_alive=75,
+    )
 
 
 class _Counter(list):  # type: ignore[type-arg]

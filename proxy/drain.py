@@ -82,9 +82,21 @@ class DrainingServer(uvicorn.Server):
         await super().shutdown(sockets)
 
 
+# Idle client connections are kept longer than HTTP clients keep them pooled (httpx and the OpenAI and
+# Anthropic SDKs: 5 s; aiohttp: 15 s). With uvicorn's default of 5 s, a client that sends just as the
+# server closes an idle connection sees it reset; an agent idle for a few seconds between calls is the
+# common case, not the edge.
+KEEP_ALIVE_SECONDS = 75
+
+
 def server_for(app: Any, drain: Drain, host: str, port: int, **options: Any) -> DrainingServer:
     """A uvicorn server for ``app`` whose shutdown drains for ``drain.grace_seconds`` plus the backstop."""
     config = uvicorn.Config(
-        app, host=host, port=port, timeout_graceful_shutdown=int(drain.grace_seconds + BACKSTOP_SECONDS), **options
+        app,
+        host=host,
+        port=port,
+        timeout_graceful_shutdown=int(drain.grace_seconds + BACKSTOP_SECONDS),
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        **options,
     )
     return DrainingServer(config, drain)

@@ -323,7 +323,17 @@ def serve_in_thread(app: Any, port: int | None = None, *, lifespan: Literal["on"
     port = port or free_port()
     # The stdlib loop: a server in a helper thread is stopped and its loop closed from outside, which
     # uvloop reports as errors on transports it still holds.
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan=lifespan, loop="asyncio")
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan=lifespan,
+        loop="asyncio",
+        # Like a real provider (and the proxy's own server), idle connections outlive client pools (5-15 s):
+        # with uvicorn's 5 s, a loaded machine's late call met a connection the server had just closed.
+        timeout_keep_alive=75,
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
     thread.start()
