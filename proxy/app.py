@@ -39,10 +39,11 @@ from proxy.observe.telemetry import Telemetry
 from proxy.replay.recorder import Recorder, RecordingMiddleware
 from proxy.report.inspector import Inspector
 from proxy.request_reader import RequestReader
+from proxy.runtime.answers import Completion
 from proxy.runtime.assembly import Assembler
 from proxy.runtime.provider import ProviderBackend
 from proxy.runtime.services import build_runner
-from proxy.runtime.turn import Completion, TurnRunner
+from proxy.runtime.turn import TurnRunner
 from proxy.session import open_store
 from proxy.session.store import SessionStore
 from proxy.startup_gc import frozen_start_up

@@ -27,7 +27,8 @@ from proxy.ingress.messages_response import to_message
 from proxy.ingress.messages_stream import message_events
 from proxy.ingress.messages_wire import parse_count_tokens_request, parse_messages_request
 from proxy.jsonio import JSONAnswer
-from proxy.runtime.turn import Completion, TurnRunner
+from proxy.runtime.answers import Completion
+from proxy.runtime.turn import TurnRunner
 from proxy.wire import parse_chat_request
 
 

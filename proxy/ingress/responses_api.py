@@ -39,7 +39,8 @@ from proxy.ingress.responses_output import (
 )
 from proxy.ingress.responses_stream import ResponseStream
 from proxy.jsonio import JSONAnswer, dumps
-from proxy.runtime.turn import Completion, TurnRunner
+from proxy.runtime.answers import Completion
+from proxy.runtime.turn import TurnRunner
 from proxy.session.store import SessionBusy
 
 

@@ -11,10 +11,10 @@ import pytest
 
 from proxy.config import Settings
 from proxy.observe.observer import Observers, endpoint, status
+from proxy.runtime.answers import Completion
 from proxy.runtime.assembly import TurnRequest
 from proxy.runtime.services import build_runner
 from proxy.runtime.trace_record import CallRecord
-from proxy.runtime.turn import Completion
 from proxy.session.sqlite import SqliteSessionStore
 from tests.runtime.fakes import FakeBackend, completion
 from tests.runtime.test_turn import IDENTITY, ROUTE, SECRET, body

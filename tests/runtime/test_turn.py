@@ -17,8 +17,9 @@ from proxy.config import ModelRoute, Settings
 from proxy.context import estimators
 from proxy.errors import ContextOverflow, SessionConflict
 from proxy.identity import SessionIdentity
+from proxy.runtime.answers import BufferedStream, Completion, LiveStream, TurnResult
 from proxy.runtime.services import build_runner
-from proxy.runtime.turn import BufferedStream, Completion, LiveStream, TurnResult, TurnRunner
+from proxy.runtime.turn import TurnRunner
 from proxy.session.sqlite import SqliteSessionStore
 from tests.runtime.fakes import FakeBackend, Handler, completion, tool_call
 
