@@ -50,6 +50,9 @@ _CHANNELS = ("compaction.previewed_refs", "compaction.summary_retry_after", "int
 class _Answer:
     """A provider that answers every call at once (the lever measures the proxy, not a model)."""
 
+    def provider_arguments(self, llm_input: dict[str, Any]) -> dict[str, Any]:
+        return llm_input
+
     async def complete(self, llm_input: dict[str, Any]) -> dict[str, Any]:
         return {
             "id": "chatcmpl-bench",

@@ -98,7 +98,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--context-window", type=int, default=None, help="refuse larger requests as overflow")
     parser.add_argument("--keep-history", action="store_true", help="keep request bodies (the long run reads them)")
     args = parser.parse_args(argv)
-    provider = ScriptedProvider(SCRIPTS[args.script], context_window=args.context_window)
+    # A provider that refuses by size counts like a tokenizer (tiktoken), as real ones do: its usage is what
+    # the proxy calibrates from, and the long run judges "over the limit" in tiktoken tokens. Without a
+    # window, a quarter of the JSON bytes is enough and costs the overhead runs nothing.
+    scale = 1.0 if args.context_window is not None else None
+    provider = ScriptedProvider(SCRIPTS[args.script], context_window=args.context_window, token_scale=scale)
     if not args.keep_history:
         # The overhead runs send tens of thousands of requests; nobody reads them back.
         provider.history = _Counter()

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from bench.levers import chat_body, gc_freeze_lever, orjson_lever
+from bench.levers_part import validate
 
 
 def test_the_orjson_lever_times_both_codecs_on_the_same_body():
     figures = orjson_lever(messages=20, repeats=1)
+    validate(figures)  # the report's lever interface
     assert figures["body_bytes"] > 20 * 2_000  # the body it names is the one built, ~2.5 kB a message
     assert len(chat_body(20)["messages"]) == 20
     for key in ("stdlib_parse_ms", "orjson_parse_ms", "stdlib_encode_ms", "orjson_encode_ms"):
@@ -17,5 +19,6 @@ def test_the_orjson_lever_times_both_codecs_on_the_same_body():
 
 def test_the_gc_freeze_lever_freezes_litellm_s_objects_in_a_fresh_process():
     figures = gc_freeze_lever(live_objects=100, repeats=2)
+    validate(figures)
     assert figures["frozen_objects"] > 100_000
     assert figures["collect_unfrozen_ms"] > figures["collect_frozen_ms"]
