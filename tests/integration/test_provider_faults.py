@@ -28,7 +28,8 @@ OVERFLOW = {
 }
 
 
-# About 9,700 estimated tokens over ten turns (compaction can drop the old ones): more than the 8,192
+# About 8,100 tiktoken tokens over ten turns, about 10,100 as a fresh route's calibrated estimate counts
+# them (tiktoken x the 1.25 start margin; compaction can drop the old ones): more than the 8,192
 # OVERFLOW states, well inside the route's 16,000.
 LARGE = [
     MESSAGES[0],
@@ -36,7 +37,7 @@ LARGE = [
         message
         for turn in range(10)
         for message in (
-            {"role": "assistant", "content": f"Notes on spectrum {turn}: " + "peak " * 540},
+            {"role": "assistant", "content": f"Notes on spectrum {turn}: " + "peak " * 800},
             {"role": "user", "content": f"Go on with spectrum {turn + 1}."},
         )
     ),
