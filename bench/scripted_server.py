@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
 from proxy.demo.scripted_provider import Reply, ScriptedProvider, ToolCall
+from proxy.drain import KEEP_ALIVE_SECONDS
 
 SUMMARY_MARKER = "Write the checkpoint now."
 CHECKPOINT_TEXT = """## Completed work
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
         port=args.port,
         log_level="warning",
         access_log=False,
-        timeout_keep_alive=75,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
     )
 
 

@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from proxy.drain import KEEP_ALIVE_SECONDS
 from proxy.offline import prepare_offline_environment
 
 FIXED_CREATED = 1_700_000_000
@@ -332,7 +333,7 @@ def serve_in_thread(app: Any, port: int | None = None, *, lifespan: Literal["on"
         loop="asyncio",
         # Like a real provider (and the proxy's own server), idle connections outlive client pools (5-15 s):
         # with uvicorn's 5 s, a loaded machine's late call met a connection the server had just closed.
-        timeout_keep_alive=75,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
