@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 # The fields of a chat message that change what a model sees. Anything else (refusal, annotations,
 # audio, provider-specific extras) is kept in storage but not hashed.
 _SEMANTIC_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "function_call")
@@ -87,6 +89,21 @@ def message_digest(message: Mapping[str, Any]) -> bytes:
 
 
 _FIELDS, _CANONICAL = b"f", b"c"  # the two digest spaces never collide with each other
+
+
+def exact_digest(message: Mapping[str, Any]) -> bytes:
+    """A 17-byte digest of ``message`` as sent, every field and key order included: equal digests mean
+    equal messages. About four times cheaper than :func:`message_digest` (one orjson encoding and one
+    SHA-256, both in C), for telling whether a resent message is the one seen last time at its place;
+    anything orjson refuses (a lone surrogate, a non-string key, an integer beyond 64 bits) falls back to
+    :func:`message_digest`, whose digests never equal these."""
+    try:
+        return _EXACT + hashlib.sha256(orjson.dumps(message)).digest()[:16]
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return message_digest(message)
+
+
+_EXACT = b"j"
 
 
 def _fields_digest(message: Mapping[str, Any]) -> bytes:

@@ -168,10 +168,11 @@ class _Working:
         return sum(self.costs[: self.head_end]) + self.checkpoint_cost + sum(self.costs[self.start :])
 
     def render(self) -> list[dict[str, Any]]:
-        out = [dict(m) for m in self.messages[: self.head_end]]
+        # Unchanged messages are passed on as they are (see ``window._as_dict``); replacements are new dicts.
+        out = [_as_dict(m) for m in self.messages[: self.head_end]]
         if self.checkpoint is not None:
             out.append(self.checkpoint.message(self.nonce))
-        out.extend(dict(self.message(i)) for i in range(self.start, len(self.messages)))
+        out.extend(_as_dict(self.message(i)) for i in range(self.start, len(self.messages)))
         return out
 
     def previewed_refs(self) -> list[str]:
@@ -196,6 +197,10 @@ def is_large(history: Sequence[HistoryEntry]) -> bool:
             texts = (part.get("text") for part in content if isinstance(part, Mapping))
             chars += sum(len(text) for text in texts if isinstance(text, str))
     return chars >= OFFLOAD_CHARS
+
+
+def _as_dict(message: Mapping[str, Any]) -> dict[str, Any]:
+    return message if isinstance(message, dict) else dict(message)
 
 
 def _split_tail(message: Mapping[str, Any], text: str, cut: int) -> dict[str, Any]:

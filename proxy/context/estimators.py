@@ -301,20 +301,33 @@ def _digest(text: str) -> bytes:
 
 
 class TurnEstimator:
-    """Memoizes counts for one assembly: the compactor, the window and the validator count the same
-    messages (often as shallow copies), and even a cache hit costs building its key. A message is known
-    by the identity of its values, which shallow copies share; the memo holds those values, so an
-    ``id`` is never reused while it lives. Make one per turn, never share it.
+    """Memoizes counts for one turn: the compactor, the window, the validator, the trace's size of the
+    client's request and the calibration sample count the same messages (often as shallow copies), and
+    even a cache hit costs building its key. Make one per turn (``TokenCalibrator.accounting_with``),
+    never share it between turns.
 
-    ``name_history`` tells it the chain hash of each history message: with an inner estimator that can
+    A message is found first by its own ``id`` (the same dict object again: a dictionary lookup), then,
+    for a shallow copy, by the identity of its keys and values, which the copy shares. The memo holds what
+    it keyed, so an ``id`` is never reused while it lives. Messages are not changed in place while a turn
+    counts them (every stage copies what it rewrites); a dict whose ``content`` was replaced since it was
+    counted is counted again.
+
+    ``name_messages`` tells it the chain hash of each history message: with an inner estimator that can
     count by chain hash (``PrefixTokenEstimator``), the unchanged prefix of a resent history is then
-    looked up by that name rather than by a digest of its content."""
+    looked up by that name rather than by a digest of its content.
 
-    def __init__(self, inner: TokenEstimator) -> None:
+    ``factor`` scales every count (rounded up per message, like ``ScaledEstimator``): the memo keeps the
+    base counts, so the calibration sample of the same turn reads them unscaled (``unscaled``).
+    """
+
+    def __init__(self, inner: TokenEstimator, factor: float = 1.0) -> None:
         self.inner = inner
+        self.factor = factor
         self._prefix = inner if isinstance(inner, PrefixTokenEstimator) else None
-        self._counts: dict[tuple[int, ...], tuple[tuple[Any, ...], int]] = {}
-        self._names: dict[tuple[int, ...], tuple[tuple[Any, ...], str]] = {}
+        self._by_object: dict[int, tuple[Mapping[str, Any], Any, int]] = {}  # id -> (message, content, count)
+        self._named: dict[int, tuple[Mapping[str, Any], str]] = {}  # id -> (message, chain hash)
+        self._by_identity: dict[tuple[Any, ...], tuple[tuple[Any, ...], int]] = {}  # key -> (held, count)
+        self._names: dict[tuple[Any, ...], tuple[tuple[Any, ...], str]] | None = None  # built on first copy
 
     def name_history(self, entries: Sequence[HistoryEntry]) -> None:
         """Count these messages (and their shallow copies) by their chain hashes from now on."""
@@ -324,34 +337,86 @@ class TurnEstimator:
         """Count ``messages[i]`` (and its shallow copies) by ``chain_hashes[i]`` from now on."""
         if self._prefix is None:
             return
+        named = self._named
         for message, chain_hash in zip(messages, chain_hashes, strict=True):
-            key, held = _identity(message)
-            self._names[key] = (held, chain_hash)
+            named[id(message)] = (message, chain_hash)
+        self._names = None
 
     def count_text(self, text: str) -> int:
-        """Passed through: texts are few per turn."""
-        return self.inner.count_text(text)
+        """Passed through (scaled): texts are few per turn."""
+        return self._scaled(self.inner.count_text(text))
 
     def count_message(self, message: Mapping[str, Any]) -> int:
-        """The inner count, once per distinct message content."""
-        key, held = _identity(message)
-        found = self._counts.get(key)
-        if found is not None:
-            return found[1]
-        named = self._names.get(key)
-        if named is not None and self._prefix is not None:
-            tokens = self._prefix.count_message_at(named[1], message)
-        else:
-            tokens = self.inner.count_message(message)
-        self._counts[key] = (held, tokens)
-        return tokens
+        """The inner count, once per distinct message content, scaled."""
+        return self._scaled(self.base_count_message(message))
 
     def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
-        """Passed through."""
-        return self.inner.count_tools(tools)
+        """Passed through (scaled)."""
+        return self._scaled(self.inner.count_tools(tools))
+
+    def unscaled(self) -> TokenEstimator:
+        """This memo's base counts (what calibration compares with the provider's figure)."""
+        return _Unscaled(self)
+
+    def base_count_message(self, message: Mapping[str, Any]) -> int:
+        """The inner estimator's count of ``message``, memoized."""
+        seen = self._by_object.get(id(message))
+        content = message.get("content")
+        if seen is not None and seen[0] is message and seen[1] is content:
+            return seen[2]
+        named = self._named.get(id(message))
+        if named is not None and named[0] is message and self._prefix is not None:
+            tokens = self._prefix.count_message_at(named[1], message)
+        else:
+            tokens = self._count_copy(message)
+        self._by_object[id(message)] = (message, content, tokens)
+        return tokens
+
+    def _count_copy(self, message: Mapping[str, Any]) -> int:
+        key, held = _identity(message)
+        found = self._by_identity.get(key)
+        if found is not None:
+            return found[1]
+        name = self._identity_names().get(key) if self._prefix is not None else None
+        if name is not None and self._prefix is not None:
+            tokens = self._prefix.count_message_at(name[1], message)
+        else:
+            tokens = self.inner.count_message(message)
+        self._by_identity[key] = (held, tokens)
+        return tokens
+
+    def _identity_names(self) -> dict[tuple[Any, ...], tuple[tuple[Any, ...], str]]:
+        # Built once per turn, when the first copy of a message is counted: most turns' copies are
+        # of named history messages, and naming itself stays a dictionary store per message.
+        if self._names is None:
+            self._names = {}
+            for message, chain_hash in self._named.values():
+                key, held = _identity(message)
+                self._names[key] = (held, chain_hash)
+        return self._names
+
+    def _scaled(self, count: int) -> int:
+        return count if self.factor == 1.0 else math.ceil(count * self.factor)
 
 
-def _identity(message: Mapping[str, Any]) -> tuple[tuple[int, ...], tuple[Any, ...]]:
-    """A message's identity key (its keys' and values' ids) and what must be held for the ids to stay valid."""
+class _Unscaled:
+    """A ``TurnEstimator``'s base counts, through the ``TokenEstimator`` protocol."""
+
+    def __init__(self, turn: TurnEstimator) -> None:
+        self._turn = turn
+
+    def count_text(self, text: str) -> int:
+        return self._turn.inner.count_text(text)
+
+    def count_message(self, message: Mapping[str, Any]) -> int:
+        return self._turn.base_count_message(message)
+
+    def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
+        return self._turn.inner.count_tools(tools)
+
+
+def _identity(message: Mapping[str, Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """A message's identity key (its keys, then its values' ids) and what must be held for the ids to stay
+    valid. Keys are strings and ids integers, so where the keys end is never ambiguous."""
     values = tuple(message.values())
-    return (len(message), *map(id, message.keys()), *map(id, values)), (tuple(message.keys()), values)
+    return (*message, *map(id, values)), values

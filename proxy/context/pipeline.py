@@ -234,7 +234,9 @@ class ContextPipeline:
 
     async def _assemble(self, inp: AssemblyInput, summarizer: Summarizer | None, progress: _Progress) -> AssemblyOutput:
         started = progress.started
-        estimator = TurnEstimator(inp.estimator or self._estimator)
+        given = inp.estimator or self._estimator
+        # One memo per turn: the turn's own counter when it has one (shared with the trace and calibration).
+        estimator = given if isinstance(given, TurnEstimator) else TurnEstimator(given)
         # The history is named by chain hashes: its unchanged prefix is counted by name, not hashed again.
         estimator.name_history(inp.history)
         registry = self._registries(inp.scope)
@@ -344,7 +346,7 @@ class ContextPipeline:
             cap_diagnostics=cap.diagnostics,
         )
         return AssemblyOutput(
-            messages=[dict(m) for m in composed.messages],
+            messages=list(composed.messages),  # the composer's own copies, made for this call
             tools=[dict(t) for t in tools],
             new_checkpoint=compaction.checkpoint if compaction.new_checkpoint else None,
             previewed_refs=compaction.previewed_refs,

@@ -114,7 +114,7 @@ class AtomicHistoryWindowPolicy:
             if not keep[k]:
                 continue
             for i in range(unit.start, unit.stop):
-                messages.append(dict(history[i]))
+                messages.append(_as_dict(history[i]))
                 indices.append(i)
             if k == anchor and checkpoint is not None:
                 messages.append(dict(checkpoint))
@@ -134,3 +134,9 @@ class AtomicHistoryWindowPolicy:
             unfinished_call_ids=tuple(cid for u in units if u.unfinished for cid in u.missing),
         )
         return WindowResult(tuple(messages), tuple(indices), stats, tuple(diagnostics))
+
+
+def _as_dict(message: Mapping[str, Any]) -> dict[str, Any]:
+    # Kept messages are passed on as they are, not copied: nothing downstream changes a message in place
+    # (each stage copies what it rewrites), and the turn's token memo then finds them by identity.
+    return message if isinstance(message, dict) else dict(message)

@@ -23,7 +23,6 @@ from proxy.context.calibration import Calibration, Correction
 from proxy.context.estimators import (
     CachingEstimator,
     ConservativeTokenEstimator,
-    ScaledEstimator,
     TiktokenEstimator,
     TurnEstimator,
     tiktoken_encoding_for,
@@ -42,7 +41,7 @@ UNROUTED_CALIBRATIONS = 32
 class TokenAccounting:
     """How one turn counts tokens (its trace's ``budgets.estimator``, see ``proxy/runtime/trace_record.py``)."""
 
-    estimator: TokenEstimator
+    estimator: TurnEstimator  # one per turn: every count of the turn shares its memo
     name: str  # calibrated, tiktoken or conservative
     encoding: str | None = None  # the tiktoken encoding, when one is used
     correction: Correction | None = None  # the calibrated correction, when calibrated
@@ -92,30 +91,44 @@ class TokenCalibrator:
                 logger.warning("token calibration of %s unreadable (%s); using the start margin", key, exc)
         return self.accounting_with(route, stored)
 
-    def accounting_with(self, route: ModelRoute, stored: Any | None) -> TokenAccounting:
-        """The estimator this route's next call counts with, given its ``stored`` calibration (read by the
-        caller, e.g. with the turn's ``begin_turn``)."""
+    def accounting_with(
+        self,
+        route: ModelRoute,
+        stored: Any | None,
+        messages: Sequence[Mapping[str, Any]] = (),
+        chain_hashes: Sequence[str] = (),
+    ) -> TokenAccounting:
+        """How this route's next turn counts, given its ``stored`` calibration (read by the caller, e.g. with
+        the turn's ``begin_turn``): a new per-turn memo over the route's cached counter, with the client's
+        ``messages`` named by their ``chain_hashes``, so the resent history is looked up by name by every
+        count of the turn (assembly, trace, calibration sample) and each message is counted once."""
         base = self.base(route)
         if base is None:
-            return TokenAccounting(self._conservative, "conservative")
-        encoding = tiktoken_encoding_for(route.litellm_model)
-        if self._settings.estimator == "tiktoken":
-            return TokenAccounting(base, "tiktoken", encoding)
-        correction = Calibration.from_record(stored).correction(self._settings.estimator_start_percent / 100)
-        return TokenAccounting(ScaledEstimator(base, correction.factor), "calibrated", encoding, correction)
+            accounting = TokenAccounting(TurnEstimator(self._conservative), "conservative")
+        elif self._settings.estimator == "tiktoken":
+            accounting = TokenAccounting(TurnEstimator(base), "tiktoken", tiktoken_encoding_for(route.litellm_model))
+        else:
+            correction = Calibration.from_record(stored).correction(self._settings.estimator_start_percent / 100)
+            accounting = TokenAccounting(
+                TurnEstimator(base, correction.factor),
+                "calibrated",
+                tiktoken_encoding_for(route.litellm_model),
+                correction,
+            )
+        accounting.estimator.name_messages(messages, chain_hashes)
+        return accounting
 
     async def observe(
         self,
         route: ModelRoute,
         llm_input: Mapping[str, Any],
         usage: Any,
-        known: Sequence[Mapping[str, Any]] = (),
-        known_hashes: Sequence[str] = (),
+        counter: TurnEstimator | None = None,
     ) -> None:
         """Learn from one answer's ``usage`` for the request ``llm_input`` that was sent (calibrated only).
 
-        ``known`` are the client's messages with their chain hashes: what was sent of them (as is, or as
-        shallow copies) is counted by chain hash, so a long history is not digested again after its call."""
+        ``counter`` is the turn's own (``TokenAccounting.estimator``): its base counts of what the assembly
+        already counted are reused, so a long history is not counted again after its call."""
         if self._settings.estimator != "calibrated":
             return
         provider_tokens = usage.get("prompt_tokens") if isinstance(usage, Mapping) else None
@@ -124,9 +137,9 @@ class TokenCalibrator:
         base = self.base(route)
         if base is None:
             return
-        counter = TurnEstimator(base)
-        counter.name_messages(known, known_hashes)
-        local = local_count(counter, llm_input)
+        if counter is None or counter.inner is not base:
+            counter = TurnEstimator(base)
+        local = local_count(counter.unscaled(), llm_input)
         key, group = self._key(route)
 
         def update(current: Any) -> Any:

@@ -168,7 +168,7 @@ class TurnRunner:
             start.turn,
             branch=None if start.branch is None else BranchTurn(start.branch.number, start.branch.parent),
             ingress=ingress,
-            tokens=self.calibrator.accounting_with(route, start.calibration),
+            tokens=self.calibrator.accounting_with(route, start.calibration, body["messages"], hashes),
             view=start.view,
         )
 
@@ -300,12 +300,12 @@ class TurnRunner:
             if not request.body.get("stream"):
                 response = await self.backend.complete(llm_input)
                 record.usage = response.get("usage")
-                await self.calibrator.observe(request.route, llm_input, record.usage, *_named(request))
+                await self.calibrator.observe(request.route, llm_input, record.usage, _counter(request))
                 answer = Completion(response)
             elif proxy_tools:
                 buffered = [chunk async for chunk in await self.backend.stream(llm_input)]
                 record.usage = usage_of(buffered)
-                await self.calibrator.observe(request.route, llm_input, record.usage, *_named(request))
+                await self.calibrator.observe(request.route, llm_input, record.usage, _counter(request))
                 answer = BufferedStream([kept for c in buffered if (kept := _client_chunk(c, strip_usage)) is not None])
             else:
                 chunks = await self.backend.stream(llm_input)
@@ -356,7 +356,7 @@ class TurnRunner:
                 if kept is not None:
                     yield kept
             record.usage = usage
-            await self.calibrator.observe(record.request.route, record.llm_input, usage, *_named(record.request))
+            await self.calibrator.observe(record.request.route, record.llm_input, usage, _counter(record.request))
         except ProxyError as exc:
             record.provider_error = exc.body()["error"]
             record.provider_status = exc.status
@@ -372,12 +372,11 @@ class TurnRunner:
     def _sizes(self, request: TurnRequest) -> TokenEstimator:
         """The counter of what a call sends (the trace's ``clientTokens``, an overflow's size): the turn's
         own estimator (calibrated by default), as the candidate is counted, so the report compares like
-        with like; cached, with the client's messages named by chain hash, so a resent history is looked
-        up, not counted again on every call."""
-        counter = TurnEstimator(
-            request.tokens.estimator if request.tokens is not None else self.calibrator.conservative
-        )
-        counter.name_messages(*_named(request))
+        with like; its memo already knows the client's messages by chain hash and what the assembly counted."""
+        counter = _counter(request)
+        if counter is None:
+            counter = TurnEstimator(self.calibrator.conservative)
+            counter.name_messages(*_named(request))
         return counter
 
     def _write_trace(self, record: CallRecord) -> None:
@@ -388,8 +387,13 @@ class TurnRunner:
 
 
 def _named(request: TurnRequest) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
-    """The client's messages and their chain hashes: how the calibration counts what was sent of them."""
+    """The client's messages and their chain hashes."""
     return request.body["messages"], request.reconciliation.chain_hashes
+
+
+def _counter(request: TurnRequest) -> TurnEstimator | None:
+    """The turn's own counter (``TokenAccounting.estimator``), when the request has its accounting."""
+    return request.tokens.estimator if request.tokens is not None else None
 
 
 def _asks_usage(llm_input: Mapping[str, Any]) -> bool:

@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.canonical import GENESIS, HistoryEntry, chain_hashes, content_text, message_digest
+from proxy.canonical import GENESIS, HistoryEntry, chain_hashes, content_text, exact_digest
 from proxy.session.store import BranchCount, BranchState, BranchView, tool_output_ref
 
 
@@ -83,10 +83,10 @@ class ChainMemo:
     """Per recent session, the digests and chain hashes of its last request, so a turn hashes only what is new.
 
     Clients resend their whole history every turn; canonicalizing and hashing it all again was the
-    largest cost of a long session's turn. A leading message whose :func:`~proxy.canonical.message_digest`
-    equals the one at the same position last time has, by construction, the same chain hash, so only
-    the rest is hashed. A message that differs only cosmetically is simply hashed again; nothing here
-    decides identity. Only digests (17 bytes) and chain hashes are kept, never the messages: the memo's
+    largest cost of a long session's turn. A leading message whose :func:`~proxy.canonical.exact_digest`
+    equals the one at the same position last time is the same message, so it has the same chain hash,
+    and only the rest is hashed. A message that differs only cosmetically is simply hashed again;
+    nothing here decides identity. Only digests (17 bytes) and chain hashes are kept, never the messages: the memo's
     size is bounded by ``max_bytes`` however large the messages are, and the least recently used
     sessions are dropped first.
     """
@@ -103,7 +103,7 @@ class ChainMemo:
 
     def hashes(self, context_id: str, messages: Sequence[Mapping[str, Any]]) -> list[str]:
         """Chain hashes of every prefix of ``messages``."""
-        digests = b"".join(message_digest(message) for message in messages)
+        digests = b"".join(map(exact_digest, messages))
         previous = self._last.pop(context_id, None)
         hashes: list[str] = []
         if previous is not None:
@@ -122,7 +122,7 @@ class ChainMemo:
         return list(hashes)
 
 
-_DIGEST_BYTES = len(message_digest({}))
+_DIGEST_BYTES = len(exact_digest({}))
 
 
 def _entry_size(context_id: str, hashes: Sequence[str]) -> int:

@@ -281,6 +281,38 @@ def test_a_turn_estimator_counts_named_history_and_its_copies_by_chain_hash(monk
     assert digests == [] and inner.hits == 20
 
 
+def test_a_turn_estimator_scales_its_memo_of_base_counts_and_reads_them_unscaled() -> None:
+    inner = CountingEstimator()
+    turn = TurnEstimator(inner, 1.3)
+    messages = [{"role": "user", "content": f"measure sample {i} " * 9} for i in range(12)]
+    scaled = [turn.count_message(m) for m in messages]
+    base = [turn.unscaled().count_message(m) for m in messages]  # the calibration sample of the same turn
+    assert scaled == [math.ceil(b * 1.3) for b in base] and base == [inner.count_message(m) for m in messages]
+    assert len(inner.history) == 12 + 12  # each message counted once by the memo (then once above, directly)
+    assert turn.count_text("two words") == math.ceil(inner.count_text("two words") * 1.3)
+
+
+def test_a_turn_estimator_counts_a_message_again_when_its_content_was_replaced() -> None:
+    inner = CountingEstimator()
+    turn = TurnEstimator(inner)
+    message = {"role": "tool", "tool_call_id": "c1", "content": "short"}
+    first = turn.count_message(message)
+    message["content"] = "a much longer tool output " * 30  # a stage that rewrote it in place (none does)
+    assert turn.count_message(message) > first and len(inner.history) == 2
+
+
+def test_one_turn_counter_serves_the_assembly_the_trace_and_the_calibration_sample() -> None:
+    inner = CachingEstimator(CountingEstimator())
+    history = [{"role": "user", "content": f"step {i}"} for i in range(30)]
+    turn = TurnEstimator(inner, 1.1)
+    turn.name_messages(history, chain_hashes(history))
+    window = [turn.count_message(m) for m in history]  # the stages count the client's own messages
+    sent = [dict(m) for m in history]  # what the provider is handed: copies
+    assert [turn.count_message(m) for m in sent] == window
+    assert sum(turn.unscaled().count_message(m) for m in sent) == sum(inner.count_message(m) for m in history)
+    assert inner.inner.history == history  # type: ignore[attr-defined]  # each message counted once, ever
+
+
 def record_digests(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """From now on, the messages whose content digest the cache computes."""
     calls: list[Any] = []
