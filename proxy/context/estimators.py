@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import operator
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -306,11 +307,12 @@ class TurnEstimator:
     even a cache hit costs building its key. Make one per turn (``TokenCalibrator.accounting_with``),
     never share it between turns.
 
-    A message is found first by its own ``id`` (the same dict object again: a dictionary lookup), then,
-    for a shallow copy, by the identity of its keys and values, which the copy shares. The memo holds what
-    it keyed, so an ``id`` is never reused while it lives. Messages are not changed in place while a turn
-    counts them (every stage copies what it rewrites); a dict whose ``content`` was replaced since it was
-    counted is counted again.
+    A message is found first by its own ``id`` (the same dict object again), then, for a shallow copy, by
+    the ``id`` of its content (or, without content, of its tool calls), which the copy shares, checked
+    against the message found there: same keys in the same order, the very same values. The memo holds
+    what it keyed, so an ``id`` is never reused while it lives. Messages are not changed in place while
+    a turn counts them (every stage copies what it rewrites); a dict whose ``content`` was replaced since
+    it was counted is counted again.
 
     ``name_messages`` tells it the chain hash of each history message: with an inner estimator that can
     count by chain hash (``PrefixTokenEstimator``), the unchanged prefix of a resent history is then
@@ -325,9 +327,9 @@ class TurnEstimator:
         self.factor = factor
         self._prefix = inner if isinstance(inner, PrefixTokenEstimator) else None
         self._by_object: dict[int, tuple[Mapping[str, Any], Any, int]] = {}  # id -> (message, content, count)
+        self._by_anchor: dict[int, tuple[Mapping[str, Any], int]] = {}  # id of content -> (message, count)
         self._named: dict[int, tuple[Mapping[str, Any], str]] = {}  # id -> (message, chain hash)
-        self._by_identity: dict[tuple[Any, ...], tuple[tuple[Any, ...], int]] = {}  # key -> (held, count)
-        self._names: dict[tuple[Any, ...], tuple[tuple[Any, ...], str]] | None = None  # built on first copy
+        self._named_by_anchor: dict[int, tuple[Mapping[str, Any], str]] = {}  # id of content -> (message, hash)
 
     def name_history(self, entries: Sequence[HistoryEntry]) -> None:
         """Count these messages (and their shallow copies) by their chain hashes from now on."""
@@ -337,10 +339,12 @@ class TurnEstimator:
         """Count ``messages[i]`` (and its shallow copies) by ``chain_hashes[i]`` from now on."""
         if self._prefix is None:
             return
-        named = self._named
+        named, by_anchor = self._named, self._named_by_anchor
         for message, chain_hash in zip(messages, chain_hashes, strict=True):
             named[id(message)] = (message, chain_hash)
-        self._names = None
+            anchor = _anchor(message)
+            if anchor is not None:
+                by_anchor[id(anchor)] = (message, chain_hash)
 
     def count_text(self, text: str) -> int:
         """Passed through (scaled): texts are few per turn."""
@@ -364,39 +368,43 @@ class TurnEstimator:
         content = message.get("content")
         if seen is not None and seen[0] is message and seen[1] is content:
             return seen[2]
-        named = self._named.get(id(message))
-        if named is not None and named[0] is message and self._prefix is not None:
-            tokens = self._prefix.count_message_at(named[1], message)
-        else:
-            tokens = self._count_copy(message)
+        tokens = self._count_new(message)
         self._by_object[id(message)] = (message, content, tokens)
+        anchor = _anchor(message)
+        if anchor is not None:
+            self._by_anchor.setdefault(id(anchor), (message, tokens))
         return tokens
 
-    def _count_copy(self, message: Mapping[str, Any]) -> int:
-        key, held = _identity(message)
-        found = self._by_identity.get(key)
-        if found is not None:
-            return found[1]
-        name = self._identity_names().get(key) if self._prefix is not None else None
-        if name is not None and self._prefix is not None:
-            tokens = self._prefix.count_message_at(name[1], message)
-        else:
-            tokens = self.inner.count_message(message)
-        self._by_identity[key] = (held, tokens)
-        return tokens
-
-    def _identity_names(self) -> dict[tuple[Any, ...], tuple[tuple[Any, ...], str]]:
-        # Built once per turn, when the first copy of a message is counted: most turns' copies are
-        # of named history messages, and naming itself stays a dictionary store per message.
-        if self._names is None:
-            self._names = {}
-            for message, chain_hash in self._named.values():
-                key, held = _identity(message)
-                self._names[key] = (held, chain_hash)
-        return self._names
+    def _count_new(self, message: Mapping[str, Any]) -> int:
+        """A message this memo has not seen as this object: a named one, a copy, or one to count."""
+        prefix = self._prefix
+        named = self._named.get(id(message))
+        if named is not None and named[0] is message and prefix is not None:
+            return prefix.count_message_at(named[1], message)
+        anchor = _anchor(message)
+        if anchor is not None:
+            known = self._by_anchor.get(id(anchor))
+            if known is not None and _same_fields(known[0], message):
+                return known[1]
+            original = self._named_by_anchor.get(id(anchor))
+            if original is not None and prefix is not None and _same_fields(original[0], message):
+                return prefix.count_message_at(original[1], message)
+        return self.inner.count_message(message)
 
     def _scaled(self, count: int) -> int:
         return count if self.factor == 1.0 else math.ceil(count * self.factor)
+
+
+def _anchor(message: Mapping[str, Any]) -> Any:
+    """The value a shallow copy of ``message`` is found by: its content, else its tool calls (``None``:
+    neither, found by object only)."""
+    content = message.get("content")
+    return content if content is not None else message.get("tool_calls")
+
+
+def _same_fields(known: Mapping[str, Any], message: Mapping[str, Any]) -> bool:
+    """Whether ``message`` has ``known``'s keys, in order, with the very same value objects (a shallow copy)."""
+    return tuple(known) == tuple(message) and all(map(operator.is_, known.values(), message.values()))
 
 
 class _Unscaled:
@@ -413,10 +421,3 @@ class _Unscaled:
 
     def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
         return self._turn.inner.count_tools(tools)
-
-
-def _identity(message: Mapping[str, Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-    """A message's identity key (its keys, then its values' ids) and what must be held for the ids to stay
-    valid. Keys are strings and ids integers, so where the keys end is never ambiguous."""
-    values = tuple(message.values())
-    return (*message, *map(id, values)), values
