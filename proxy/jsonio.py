@@ -1,4 +1,5 @@
-"""The proxy's JSON codec for what crosses its edge: request bodies in, answers and stream events out.
+"""The proxy's JSON codec for what crosses its edge (request bodies in, answers and stream events out)
+and for the JSON texts inside messages (tool-call arguments and results, read on every turn).
 
 One home for the choice of encoder, so swapping it (or finding what uses it) is one file. orjson is
 several times faster than the standard library on the bodies an agent sends (a 1,000-message history
@@ -20,6 +21,7 @@ provider: litellm serializes provider requests itself, and the cassettes pin tho
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,6 +35,22 @@ JSONDecodeError = orjson.JSONDecodeError  # a ValueError, like json.JSONDecodeEr
 def loads(data: bytes | str) -> Any:
     """Strict JSON (no ``NaN``/``Infinity``, no lone surrogates) to Python values."""
     return orjson.loads(data)
+
+
+# An integer literal orjson would read as a float (it keeps 64 bits), where the standard library keeps it exact.
+_LONG_INTEGER = re.compile(r"\d{19}")
+
+
+def loads_text(text: str) -> Any:
+    """Exactly what ``json.loads(text)`` returns (or raises), with orjson doing the work where the two
+    agree: anything orjson refuses (``NaN``, a lone surrogate escape) and any literal of 19 or more digits
+    is left to the standard library. For texts inside messages (tool-call arguments, tool results)."""
+    if _LONG_INTEGER.search(text) is None:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
 
 
 def dumps(value: Any) -> bytes:

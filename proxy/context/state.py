@@ -20,13 +20,13 @@ A session first seen mid-run is just a longer history: one pass fills every chan
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from proxy.canonical import content_text
 from proxy.context.types import DeclaredCall, StateChannel
+from proxy.jsonio import loads_text
 
 RunState: TypeAlias = dict[str, Any]
 
@@ -52,7 +52,7 @@ def is_successful(text: str) -> bool:
         return False
     if stripped.startswith("{"):
         try:
-            data = json.loads(stripped)
+            data = loads_text(stripped)
         except ValueError:
             return True
         if isinstance(data, dict):
@@ -81,7 +81,7 @@ def _parse(raw: Any) -> Any:
     if not isinstance(raw, str):
         return raw
     try:
-        return json.loads(raw) if raw.strip() else {}
+        return loads_text(raw) if raw.strip() else {}
     except ValueError:
         return raw
 
