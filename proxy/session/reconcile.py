@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -184,6 +184,32 @@ def branch_count(chain_hashes: Sequence[str], counted: Mapping[str, Any]) -> Bra
     previous = nearest_state(chain_hashes[:-1], counted)
     done = previous.value if previous is not None and isinstance(previous.value, int) else 0
     return BranchCount(done + 1, previous.chain_hash if previous is not None else None)
+
+
+def stored_prefix_length(hashes: Sequence[str], is_stored: Callable[[str], bool]) -> int:
+    """How many leading prefixes are already stored, asking ``is_stored`` about O(log n) of them.
+
+    A session's stored prefixes are closed under taking prefixes (a message row is only ever written
+    after its parent's, and rows go only with their whole session), so the stored ones are exactly the
+    leading ones. The search gallops back from the end, because a resent history usually adds only a
+    message or two, then bisects."""
+    high = len(hashes)  # hashes[high - 1] is not known to be stored
+    step = 1
+    while high > 0:
+        probe = max(high - step, 0)
+        if is_stored(hashes[probe]):
+            low = probe + 1  # hashes[:low] are stored
+            break
+        high, step = probe, step * 2
+    else:
+        return 0
+    while low < high:  # hashes[:low] stored, hashes[high] not
+        middle = (low + high) // 2
+        if is_stored(hashes[middle]):
+            low = middle + 1
+        else:
+            high = middle
+    return low
 
 
 def known_count(hashes: Sequence[str], stored: Collection[str]) -> int:

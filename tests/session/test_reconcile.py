@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import tracemalloc
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -84,3 +86,23 @@ def test_a_session_larger_than_the_whole_budget_is_hashed_but_not_kept():
     messages = [{"role": "user", "content": f"m{i}"} for i in range(100)]
     assert memo.hashes("big", messages) == chain_hashes(messages)
     assert (memo.size, len(memo._last)) == (0, 0)
+
+
+@pytest.mark.parametrize("length", [0, 1, 2, 3, 7, 8, 9, 500, 998, 999, 1000])
+def test_the_stored_prefix_is_found_with_a_logarithmic_number_of_lookups(length: int) -> None:
+    hashes = [f"h{i}" for i in range(1000)]
+    stored = set(hashes[:length])
+    asked: list[str] = []
+
+    def is_stored(chain_hash: str) -> bool:
+        asked.append(chain_hash)
+        return chain_hash in stored
+
+    assert rc.stored_prefix_length(hashes, is_stored) == length == rc.known_count(hashes, stored)
+    assert len(asked) <= 2 * math.ceil(math.log2(len(hashes))) + 2
+    if length >= 998:  # a resent history that adds a message or two: a handful of lookups
+        assert len(asked) <= 4
+
+
+def test_an_empty_request_has_no_stored_prefix() -> None:
+    assert rc.stored_prefix_length([], lambda chain_hash: True) == 0
