@@ -18,7 +18,7 @@ import pytest
 
 from proxy.errors import ContextOverflow, ProxyError
 from proxy.runtime.provider import LiteLLMBackend
-from proxy.runtime.provider_fast import LITELLM_SURFACE
+from proxy.runtime.fast import LITELLM_SURFACE
 
 ENTRIES: list[dict[str, Any]] = json.loads((Path(__file__).parent / "data" / "overflow_errors.json").read_text("utf-8"))
 TOOLS = [
