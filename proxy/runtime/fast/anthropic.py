@@ -8,11 +8,12 @@ from __future__ import annotations
 import copy
 import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from proxy.runtime.fast.base import Route
+from proxy.runtime.fast.base import Prepared, Route
 
 # What Anthropic's parameter mapping takes without dropping or refusing; the rest goes to acompletion.
 _ANTHROPIC_PARAMS = (
@@ -46,13 +47,39 @@ class AnthropicRoute(Route):
         if os.environ.get("LITELLM_ANTHROPIC_DISABLE_URL_SUFFIX"):  # the URL would be api_base as it is
             return False
         model = llm_input["model"].removeprefix("anthropic/")
-        config = p["ProviderConfigManager"].get_provider_chat_config(model=model, provider=p["LlmProviders"]("anthropic"))
+        config = p["ProviderConfigManager"].get_provider_chat_config(
+            model=model, provider=p["LlmProviders"]("anthropic")
+        )
         return type(config) is p["AnthropicConfig"]
 
     async def complete(self, client: httpx.AsyncClient, llm_input: dict[str, Any], timeout: float) -> Any:
+        try:
+            call = await self._request(llm_input)
+        except Exception as exc:  # completion() maps a request it cannot build too
+            raise self.mapped(llm_input["model"].split("/", 1)[1], exc) from exc
+        try:
+            response = await self._post(client, call.url, call.data, call.headers, timeout)
+            return call.prepared.config.transform_response(
+                model=call.prepared.model,
+                raw_response=response,
+                model_response=self.fresh_response(),
+                logging_obj=_NoLogging(),
+                api_key=call.prepared.api_key,
+                request_data=call.data,
+                messages=call.messages,
+                optional_params=call.optional,
+                litellm_params=call.litellm_params,
+                encoding=None,  # read by no step of a non-streamed answer
+                json_mode=call.json_mode,
+            )
+        except Exception as exc:  # mapped the way litellm maps its own call's failures
+            raise self.mapped(call.prepared.model, exc) from exc
+
+    async def _request(self, llm_input: dict[str, Any]) -> _Call:
+        """The request ``_complete_anthropic`` and the handler build (main.py, handler.py ``completion``)."""
         p = self._parts
         prepared = self.prepare(llm_input)
-        model, config = prepared.model, prepared.config
+        model = prepared.model
         url = p["ensure_api_route"](prepared.api_base, "v1/messages")
         # the handler's own options leave the params; the rest is its copy of params and messages
         optional = copy.deepcopy(prepared.optional)
@@ -71,7 +98,7 @@ class AnthropicRoute(Route):
             litellm_params=litellm_params,
             api_base=url,
         )
-        request = await config.async_transform_request(
+        request = await prepared.config.async_transform_request(
             model=model,
             messages=messages,
             optional_params={**optional, **vertex},
@@ -81,24 +108,8 @@ class AnthropicRoute(Route):
         headers, request = p["update_request_with_filtered_beta"](
             headers=headers, request_data=request, provider="anthropic", api_base=url
         )
-        data = dict(p["strip_beta_gated_request_body"](request, headers, drop_params=None, model=model, provider="anthropic"))
-        try:
-            response = await self._post(client, url, data, headers, timeout)
-            return config.transform_response(
-                model=model,
-                raw_response=response,
-                model_response=self.fresh_response(),
-                logging_obj=_NoLogging(),
-                api_key=prepared.api_key,
-                request_data=data,
-                messages=messages,
-                optional_params=optional,
-                litellm_params=litellm_params,
-                encoding=None,  # read by no step of a non-streamed answer
-                json_mode=json_mode,
-            )
-        except Exception as exc:  # mapped the way litellm maps its own call's failures
-            raise self.mapped(model, exc) from exc
+        data = p["strip_beta_gated_request_body"](request, headers, drop_params=None, model=model, provider="anthropic")
+        return _Call(prepared, url, dict(data), headers, messages, optional, litellm_params, json_mode)
 
     async def _post(
         self, client: httpx.AsyncClient, url: str, data: dict[str, Any], headers: dict[str, str], timeout: float
@@ -110,7 +121,8 @@ class AnthropicRoute(Route):
                 response = await client.post(url, json=data, headers=headers, timeout=httpx.Timeout(timeout))
                 response.raise_for_status()
             except httpx.HTTPStatusError as exc:  # the client masks the URL; the handler reads the body
-                raise self._parts["MaskedHTTPStatusError"](exc, message=exc.response.text, text=exc.response.text)
+                text = exc.response.text
+                raise self._parts["MaskedHTTPStatusError"](exc, message=text, text=text) from None  # as litellm
             except httpx.TimeoutException as exc:
                 label, phase = _TIMEOUT_PHASES.get(type(exc), ("Request", "read"))
                 seconds = (exc.request.extensions.get("timeout") or {}).get(phase)
@@ -137,6 +149,20 @@ class AnthropicRoute(Route):
             message=text, status_code=getattr(exc, "status_code", 500), headers=headers
         )
         return error
+
+
+@dataclass
+class _Call:
+    """A built request, and what converting its answer needs."""
+
+    prepared: Prepared
+    url: str
+    data: dict[str, Any]
+    headers: dict[str, str]
+    messages: list[Any]
+    optional: dict[str, Any]
+    litellm_params: dict[str, Any]
+    json_mode: bool
 
 
 class _NoLogging:

@@ -24,6 +24,16 @@ _ENTRA_ENVIRONMENT = (
     "AZURE_USERNAME",
     "AZURE_PASSWORD",
 )
+# The order the openai SDK's ``chat.completions.create`` writes its body in (litellm's Azure handler
+# calls it with the config's request as keyword arguments); ``extra_body`` follows.
+SDK_BODY_ORDER = (
+    "model", "stream", "service_tier", "messages", "audio", "frequency_penalty", "function_call", "functions",
+    "logit_bias", "logprobs", "max_completion_tokens", "max_tokens", "metadata", "modalities", "moderation", "n",
+    "parallel_tool_calls", "prediction", "presence_penalty", "prompt_cache_key", "prompt_cache_options",
+    "prompt_cache_retention", "reasoning_effort", "response_format", "safety_identifier", "seed", "stop", "store",
+    "stream_options", "temperature", "tool_choice", "tools", "top_logprobs", "top_p", "user", "verbosity",
+    "web_search_options",
+)  # fmt: skip
 
 
 class AzureRoute(OpenAIRoute):
@@ -53,6 +63,11 @@ class AzureRoute(OpenAIRoute):
             model=deployment, provider=p["LlmProviders"]("azure")
         )
         return type(config) is p["AzureOpenAIConfig"]
+
+    def _body(self, prepared: Prepared) -> tuple[dict[str, Any], bool]:
+        body, json_mode = super()._body(prepared)
+        ordered = {key: body.pop(key) for key in SDK_BODY_ORDER if key in body}
+        return {**ordered, **body}, json_mode  # what is left came in extra_body
 
     def _provider_params(self, llm_input: dict[str, Any]) -> dict[str, Any]:
         return {"api_version": llm_input["api_version"]}  # what Azure's parameter mapping depends on

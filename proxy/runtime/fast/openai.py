@@ -47,9 +47,12 @@ class OpenAIRoute(Route):
         return not self._litellm.OpenAIConfig.get_config()  # an operator's module-level OpenAI defaults
 
     async def complete(self, client: httpx.AsyncClient, llm_input: dict[str, Any], timeout: float) -> Any:
-        prepared = self.prepare(llm_input, **self._provider_params(llm_input))
-        data, json_mode = self._body(prepared)
-        url, headers = self._endpoint(prepared, llm_input)
+        try:
+            prepared = self.prepare(llm_input, **self._provider_params(llm_input))
+            data, json_mode = self._body(prepared)
+            url, headers = self._endpoint(prepared, llm_input)
+        except Exception as exc:  # completion() maps a request it cannot build too (an unsupported param)
+            raise self.mapped(llm_input["model"].split("/", 1)[1], exc) from exc
         started = time.time()
         try:
             try:
@@ -136,9 +139,11 @@ class OpenAIRoute(Route):
     def _wrapped(self, exc: Exception) -> Exception:
         """``exc`` as litellm's OpenAI handler wraps whatever its call raised (an SDK error, a failed
         conversion) before ``exception_type`` sees it."""
-        if isinstance(exc, self._parts["OpenAIError"]):
+        openai_error: Any = self._parts["OpenAIError"]
+        already_wrapped = isinstance(exc, openai_error)
+        if already_wrapped:
             return exc
-        wrapped = self._parts["OpenAIError"](
+        wrapped: Exception = openai_error(
             status_code=getattr(exc, "status_code", 500),
             message=getattr(exc, "message", str(exc)),
             response=getattr(exc, "response", None),
