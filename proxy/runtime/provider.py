@@ -37,8 +37,9 @@ class ProviderBackend(Protocol):
 
 
 class LiteLLMBackend:
-    """The default backend: litellm adapts every call. A plain OpenAI-compatible completion goes through
-    litellm's transformation layer over one pooled client (``proxy.runtime.fast``); the rest through
+    """The default backend: litellm adapts every call. A plain non-streamed OpenAI-compatible, Azure OpenAI
+    or Anthropic completion goes through litellm's transformation layer over one pooled client
+    (``proxy.runtime.fast``); the rest through
     ``litellm.acompletion``. ``fast_path=False`` sends everything through ``acompletion`` (benchmarks,
     the tests that compare both paths)."""
 
