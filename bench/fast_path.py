@@ -1,6 +1,6 @@
 """Lever: the provider adapter's fast path against ``litellm.acompletion``, per small call.
 
-The fast path (issue 18, ``proxy/runtime/provider_fast.py``) keeps litellm's request/response
+The fast path (issue 18, ``proxy/runtime/fast/``) keeps litellm's request/response
 transformation but skips its per-call bookkeeping (cost calculation, logging set-up, the executor hop,
 client construction). Both paths are the product's own ``LiteLLMBackend.complete`` (``fast_path=False``
 and ``True``), sending the same small chat to the scripted provider in its own process, on one event

@@ -18,7 +18,7 @@ from proxy.runtime.provider_errors import translate_provider_error
 from proxy.runtime.serialize import StreamSerializer, response_to_openai
 
 if TYPE_CHECKING:
-    from proxy.runtime.provider_fast import FastPath
+    from proxy.runtime.fast import FastPath
 
 
 class ProviderBackend(Protocol):
@@ -37,8 +37,9 @@ class ProviderBackend(Protocol):
 
 
 class LiteLLMBackend:
-    """The default backend: litellm adapts every call. A plain OpenAI-compatible completion goes through
-    litellm's transformation layer over one pooled client (``provider_fast``); the rest through
+    """The default backend: litellm adapts every call. A plain non-streamed OpenAI-compatible, Azure OpenAI
+    or Anthropic completion goes through litellm's transformation layer over one pooled client
+    (``proxy.runtime.fast``); the rest through
     ``litellm.acompletion``. ``fast_path=False`` sends everything through ``acompletion`` (benchmarks,
     the tests that compare both paths)."""
 
@@ -52,7 +53,7 @@ class LiteLLMBackend:
         self._timeout = timeout_seconds
         self._fast: FastPath | None = None
         if fast_path:
-            from proxy.runtime.provider_fast import FastPath
+            from proxy.runtime.fast import FastPath
 
             self._fast = FastPath(litellm)
 

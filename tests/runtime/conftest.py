@@ -44,6 +44,7 @@ class ScriptedProvider:
         self.port = 0
         self._replies: dict[str, Reply] = {}
         self.received: dict[str, list[dict[str, Any]]] = {}
+        self.requests: dict[str, list[tuple[str, dict[str, str]]]] = {}  # each request's path and headers
         self._names = itertools.count()
         self._lock = threading.Lock()
 
@@ -53,12 +54,16 @@ class ScriptedProvider:
             name = f"s{next(self._names)}"
             self._replies[name] = Reply(**reply)
             self.received[name] = []
+            self.requests[name] = []
         return f"http://127.0.0.1:{self.port}/{name}/v1"
 
-    def answer(self, name: str, request: dict[str, Any]) -> Reply | None:
+    def answer(
+        self, name: str, request: dict[str, Any], path: str = "", headers: dict[str, str] | None = None
+    ) -> Reply | None:
         with self._lock:
             if name in self.received:
                 self.received[name].append(request)
+                self.requests[name].append((path, {key.lower(): value for key, value in (headers or {}).items()}))
             return self._replies.get(name)
 
 
@@ -68,7 +73,7 @@ def _handler(script: ScriptedProvider) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             request = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))) or b"{}")
-            reply = script.answer(self.path.split("/")[1], request)
+            reply = script.answer(self.path.split("/")[1], request, self.path, dict(self.headers))
             if reply is None:
                 self._send(404, b'{"error": {"message": "no script"}}', "application/json", {})
                 return

@@ -1,0 +1,172 @@
+"""What every fast route shares: the shape of a call it accepts, and the steps ``litellm.completion`` runs
+for every provider before it hands the call to the provider's handler (main.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+# Keys of a provider call every route understands; a route adds its own (Azure's ``api_version``).
+ROUTE_KEYS = frozenset({"model", "messages", "api_base", "api_key", "timeout", "max_retries", "num_retries"})
+_ROLES = frozenset({"system", "user", "assistant", "tool"})
+_MESSAGE_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "refusal"})
+_TOOL_KEYS = frozenset({"type", "function"})
+_FUNCTION_KEYS = frozenset({"name", "description", "parameters", "strict"})
+
+
+@dataclass
+class Prepared:
+    """A call after litellm's provider-independent steps: what the provider's handler receives."""
+
+    model: str  # without the provider prefix (an Azure deployment name, say)
+    provider: str
+    api_base: str
+    api_key: str
+    messages: list[Any]
+    optional: dict[str, Any]  # litellm's optional params, mapped for the provider
+    config: Any  # the provider's chat config
+
+
+class Route:
+    """One provider's way through the fast path: ``accepts`` says whether it would send exactly what
+    acompletion sends, ``complete`` makes the call over the shared pool."""
+
+    provider = ""  # litellm's custom_llm_provider, and the model prefix
+    route_keys = ROUTE_KEYS
+    params: tuple[str, ...] = ()  # the OpenAI parameters this route maps
+
+    def __init__(self, litellm: Any, parts: dict[str, Any]) -> None:
+        self._litellm = litellm
+        self._parts = parts
+
+    def accepts(self, llm_input: dict[str, Any]) -> bool:
+        """The shape every route asks for; ``_accepts`` adds the provider's own conditions."""
+        model, api_base = llm_input.get("model"), llm_input.get("api_base")
+        if not (isinstance(model, str) and model.startswith(f"{self.provider}/")):
+            return False
+        if not (isinstance(api_base, str) and api_base) or llm_input.get("stream"):
+            return False
+        if not set(llm_input) <= self.route_keys | frozenset(self.params):
+            return False
+        if not isinstance(llm_input.get("api_key"), str) or not isinstance(llm_input.get("messages"), list):
+            return False
+        timeout = llm_input.get("timeout")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):  # a string or httpx.Timeout
+            return False
+        if self._litellm.proxy_auth is not None:  # litellm would add its headers to every call
+            return False
+        for name in (model, model.split("/", 1)[1]):
+            if (self._litellm.model_cost.get(name) or {}).get("mode") == "responses":
+                return False  # litellm bridges such models to the Responses API
+        tools = llm_input.get("tools")
+        if tools is not None and not (isinstance(tools, list) and all(map(_plain_tool, tools))):
+            return False
+        return all(map(_plain_message, llm_input["messages"])) and self._accepts(llm_input)
+
+    def _accepts(self, llm_input: dict[str, Any]) -> bool:
+        raise NotImplementedError
+
+    async def complete(self, client: httpx.AsyncClient, llm_input: dict[str, Any], timeout: float) -> Any:
+        """One provider call; returns litellm's ``ModelResponse`` or raises what acompletion raises."""
+        raise NotImplementedError
+
+    def prepare(self, llm_input: dict[str, Any], **provider_params: Any) -> Prepared:
+        """The steps ``litellm.completion`` runs for every provider, in its order (main.py): message, tool
+        and ``stop`` validation, the provider, the developer role, the optional params."""
+        p = self._parts
+        params = {key: llm_input.get(key) for key in self.params}
+        messages = p["validate_and_fix_openai_messages"](messages=list(llm_input["messages"]))
+        params["tools"] = p["validate_and_fix_openai_tools"](tools=params.get("tools"))
+        params["tool_choice"] = p["validate_chat_completion_tool_choice"](
+            tool_choice=params.get("tool_choice"), model=llm_input["model"]
+        )
+        params["stop"] = p["validate_openai_optional_params"](stop=params.get("stop"))
+        messages = p["get_completion_messages"](
+            messages=messages,
+            ensure_alternating_roles=False,
+            user_continue_message=None,
+            assistant_continue_message=None,
+        )
+        model, provider, dynamic_key, api_base = p["get_llm_provider"](
+            model=llm_input["model"], api_base=llm_input["api_base"], api_key=llm_input["api_key"]
+        )
+        config = p["ProviderConfigManager"].get_provider_chat_config(model=model, provider=p["LlmProviders"](provider))
+        messages = list(
+            config.translate_developer_role_to_system_role(
+                messages=messages, model=model, custom_llm_provider=provider, api_base=api_base, model_info={}
+            )
+        )
+        optional = p["get_optional_params"](
+            model=model,
+            custom_llm_provider=provider,
+            messages=messages,
+            stream=False,
+            max_retries=llm_input.get("num_retries", 0),
+            **provider_params,
+            **params,
+        )
+        api_key = dynamic_key or llm_input["api_key"]
+        return Prepared(model, provider, api_base, api_key, messages, optional, config)
+
+    def model_response(self, answer: dict[str, Any], headers: dict[str, str], **conversion: Any) -> Any:
+        """An OpenAI-shaped answer as litellm's ``ModelResponse``, the way its OpenAI-SDK handlers convert it."""
+        model_response = self.fresh_response()
+        return self._parts["convert_to_model_response_object"](
+            response_object=answer,
+            model_response_object=model_response,
+            hidden_params={"headers": headers},
+            _response_headers=headers,
+            **conversion,
+        )
+
+    def fresh_response(self) -> Any:
+        """The empty ``ModelResponse`` ``completion()`` hands to every handler."""
+        model_response = self._parts["ModelResponse"]()
+        model_response.usage = self._litellm.Usage()
+        return model_response
+
+    def mapped(self, model: str, exc: Exception) -> Exception:
+        """``exc`` as litellm's ``exception_type`` maps a failure of this provider's call."""
+        try:
+            mapped: Exception = self._parts["exception_type"](
+                model=model,
+                original_exception=exc,
+                custom_llm_provider=self.provider,
+                completion_kwargs={},
+                extra_kwargs={},
+            )
+        except Exception as raised:  # exception_type raises its answer rather than returning it
+            mapped = raised
+        return mapped
+
+
+def chained(new: Exception, cause: BaseException) -> Exception:
+    new.__cause__ = cause
+    return new
+
+
+def _plain_message(message: Any) -> bool:
+    if not isinstance(message, dict) or message.get("role") not in _ROLES or not set(message) <= _MESSAGE_KEYS:
+        return False
+    content = message.get("content")
+    if isinstance(content, list):
+        if not all(isinstance(part, dict) and part.get("type") == "text" for part in content):
+            return False
+    elif content is not None and not isinstance(content, str):
+        return False
+    calls = message.get("tool_calls")
+    return calls is None or (
+        isinstance(calls, list) and all(isinstance(c, dict) and c.get("type") == "function" for c in calls)
+    )
+
+
+def _plain_tool(tool: Any) -> bool:
+    return (
+        isinstance(tool, dict)
+        and tool.get("type") == "function"
+        and set(tool) <= _TOOL_KEYS
+        and isinstance(tool.get("function"), dict)
+        and set(tool["function"]) <= _FUNCTION_KEYS
+    )
