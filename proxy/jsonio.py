@@ -14,8 +14,9 @@ is megabytes, parsed and re-encoded on every turn), but it is stricter in ways t
 
 The output is compact UTF-8 (what Starlette's ``JSONResponse`` wrote), so clients receive JSON
 equivalent to before; the only textual differences are float spellings (``1e16`` for ``1e+16``) and
-``NaN``/``Infinity`` becoming ``null`` (which Starlette refused with a 500). Nothing here reaches a
-provider: litellm serializes provider requests itself, and the cassettes pin those bytes.
+``NaN``/``Infinity`` becoming ``null`` (which Starlette refused with a 500). The provider fast path
+(``proxy/runtime/fast/base.post_json``) encodes its request bodies here too; the cassettes pin those
+bytes (acompletion's own calls are serialized by litellm and the openai SDK).
 """
 
 from __future__ import annotations

@@ -171,6 +171,29 @@ async def test_same_request_and_answer(provider: Any, route: str, params: dict[s
     assert results[1][1]["choices"][0]["message"]["tool_calls"][0]["id"] == "c2"
 
 
+# What litellm's request transformation decides by the route (its provider and api_base): whether
+# cache_control marks survive, and how a tool schema whose pattern Python cannot compile is sanitized.
+MARKED = [
+    {"role": "system", "content": [{"type": "text", "text": "Be careful.", "cache_control": {"type": "ephemeral"}}]},
+    {"role": "user", "content": [{"type": "text", "text": "Measure A.", "cache_control": {"type": "ephemeral"}}]},
+]
+PATTERNED = [
+    {
+        "type": "function",
+        "function": {
+            "name": "measure",
+            "parameters": {"type": "object", "properties": {"sample": {"type": "string", "pattern": "(?<id>[A-Z])"}}},
+        },
+    }
+]
+
+
+@pytest.mark.parametrize("route", ["openai", "azure", "anthropic"])
+async def test_same_request_for_cache_marks_and_schema_patterns(provider: Any, route: str) -> None:
+    results = await _both(provider, {"body": ANSWERS[route]}, route, messages=MARKED, tools=PATTERNED, max_tokens=9)
+    _assert_same(results)
+
+
 async def test_the_providers_get_their_own_requests(provider: Any) -> None:
     azure = await _both(provider, {"body": ANSWER}, "azure", messages=HISTORY)
     path, headers = azure[1][0][1][0]

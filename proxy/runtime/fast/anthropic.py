@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from proxy.runtime.fast.base import Prepared, Route
+from proxy.runtime.fast.base import Prepared, Route, post_json
 
 # What Anthropic's parameter mapping takes without dropping or refusing; the rest goes to acompletion.
 _ANTHROPIC_PARAMS = (
@@ -118,7 +118,7 @@ class AnthropicRoute(Route):
         started = time.time()
         try:
             try:
-                response = await client.post(url, json=data, headers=headers, timeout=httpx.Timeout(timeout))
+                response = await post_json(client, url, data, headers, timeout)
                 response.raise_for_status()
             except httpx.HTTPStatusError as exc:  # the client masks the URL; the handler reads the body
                 text = exc.response.text

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import openai
 
-from proxy.runtime.fast.base import Prepared, Route, chained
+from proxy.runtime.fast.base import Prepared, Route, chained, post_json
 
 _OPENAI_PARAMS = (
     "temperature",
@@ -56,7 +56,7 @@ class OpenAIRoute(Route):
         started = time.time()
         try:
             try:
-                response = await client.post(url, json=data, headers=headers, timeout=httpx.Timeout(timeout))
+                response = await post_json(client, url, data, headers, timeout)
             except httpx.TimeoutException as exc:  # the SDK's error, with the words litellm adds to it
                 error = openai.APITimeoutError(request=_sdk(exc.request))
                 error.message += f" - timeout value={timeout}, time taken={round(time.time() - started, 2)} seconds"
@@ -79,7 +79,11 @@ class OpenAIRoute(Route):
             optional.pop(key, None)
         json_mode = bool(optional.pop("json_mode", False)) if self.converts_json_mode else False
         data = prepared.config.transform_request(
-            model=prepared.model, messages=prepared.messages, optional_params=optional, litellm_params={}, headers={}
+            model=prepared.model,
+            messages=prepared.messages,
+            optional_params=optional,
+            litellm_params=prepared.litellm_params,
+            headers={},
         )
         body = {key: value for key, value in data.items() if key not in _SDK_OPTION_KEYS}
         if isinstance(data.get("extra_body"), dict):

@@ -21,6 +21,7 @@ LITELLM_SURFACE: dict[str, tuple[str, ...]] = {
     ),
     "litellm.types.utils": ("LlmProviders", "ModelResponse"),
     "litellm.litellm_core_utils.get_llm_provider_logic": ("get_llm_provider",),
+    "litellm.litellm_core_utils.get_litellm_params": ("get_litellm_params",),
     "litellm.litellm_core_utils.prompt_templates.common_utils": ("get_completion_messages",),
     "litellm.litellm_core_utils.llm_response_utils.convert_dict_to_response": ("convert_to_model_response_object",),
     "litellm.litellm_core_utils.exception_mapping_utils": ("exception_type",),
