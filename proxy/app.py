@@ -34,6 +34,7 @@ from proxy.ingress import messages as anthropic
 from proxy.ingress.messages_errors import error_response as anthropic_error
 from proxy.ingress.responses_api import ResponsesIngress
 from proxy.jsonio import JSONAnswer, dumps
+from proxy.known_messages import KnownMessages
 from proxy.observe.metrics import CONTENT_TYPE
 from proxy.observe.telemetry import Telemetry
 from proxy.replay.recorder import Recorder, RecordingMiddleware
@@ -47,7 +48,7 @@ from proxy.runtime.turn import TurnRunner
 from proxy.session import open_store
 from proxy.session.store import SessionStore
 from proxy.startup_gc import frozen_start_up
-from proxy.wire import ChatCompletionRequest, parse_chat_request
+from proxy.wire import ChatCompletionRequest, check_chat_request
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -92,6 +93,7 @@ def create_app(
     telemetry = Telemetry.build(tracer_provider, os.environ)
     drain = Drain(settings.shutdown_grace_seconds)
     reader = RequestReader(settings.max_request_bytes)
+    known_messages = KnownMessages()  # the chat edge validates a resent history's messages once
     # Record and replay (proxy/replay/): off unless a record folder is set, then nothing is wrapped.
     recorder = Recorder(settings.record_dir) if settings.record_dir is not None else None
 
@@ -138,7 +140,8 @@ def create_app(
     async def chat_completions(request: Request) -> Response:
         _authorize(request, settings)
         # Validated on the reader's worker thread with the decode, for a large body: seconds of CPU at 20,000 messages.
-        body, chat = await reader.parsed(request, functools.partial(_parse, max_messages=settings.max_request_messages))
+        parse = functools.partial(_parse, max_messages=settings.max_request_messages, known=known_messages)
+        body, chat, digests = await reader.parsed(request, parse)
         route = settings.route(chat.model)
         if route is None:
             raise ModelNotFound(
@@ -150,7 +153,7 @@ def create_app(
         mode = _mode(request, settings)
         try:
             async with drain.bounded():
-                result = await runner.run(body, identity, route, request.headers, mode)
+                result = await runner.run(body, identity, route, request.headers, mode, digests=digests)
         except ProxyError as exc:
             # The session is known by now: an error answer names it too, so a client can find its trace.
             exc.headers.update({"x-context-id": identity.context_id, "x-context-mode": mode})
@@ -296,8 +299,11 @@ def _authorize(request: Request, settings: Settings) -> None:
     raise AuthenticationFailed("Missing or invalid API key: send Authorization: Bearer <key> or x-api-key: <key>.")
 
 
-def _parse(body: dict[str, Any], max_messages: int) -> tuple[dict[str, Any], ChatCompletionRequest]:
-    """Validate a decoded chat body (pure CPU: runs on the reader's worker thread for large bodies)."""
+def _parse(
+    body: dict[str, Any], max_messages: int, known: KnownMessages
+) -> tuple[dict[str, Any], ChatCompletionRequest, list[bytes] | None]:
+    """Validate a decoded chat body (pure CPU: runs on the reader's worker thread for large bodies); with
+    it, the exact digest of each message (the chain memo takes them instead of digesting again)."""
     messages = body.get("messages")
     if isinstance(messages, list) and len(messages) > max_messages:
         raise InvalidRequest(
@@ -306,7 +312,8 @@ def _parse(body: dict[str, Any], max_messages: int) -> tuple[dict[str, Any], Cha
             param="messages",
             code="too_many_messages",
         )
-    return body, parse_chat_request(body)
+    chat, digests = check_chat_request(body, known)
+    return body, chat, digests
 
 
 class _EventStream(StreamingResponse):

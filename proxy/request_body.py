@@ -26,6 +26,7 @@ import contextlib
 import json
 import math
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from proxy import jsonio
@@ -72,7 +73,8 @@ def _plain(body: dict[str, Any], max_depth: int) -> bool:
         container, depth = pending.pop()
         # Exact type checks: orjson makes only these types, and a megabyte body has tens of thousands
         # of values, for which isinstance against a union is the larger part of this walk.
-        for value in container.values() if type(container) is dict else container:
+        values: Iterable[Any] = container.values() if type(container) is dict else container
+        for value in values:
             kind = type(value)
             if kind is dict or kind is list:
                 if depth >= max_depth:

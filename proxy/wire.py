@@ -25,7 +25,9 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from proxy.canonical import exact_digest
 from proxy.errors import InvalidRequest
+from proxy.known_messages import KnownMessages
 
 _Open = ConfigDict(extra="allow")
 # A JSON number (never a string or a bool), finite.
@@ -242,11 +244,32 @@ def parse_chat_request(body: Any) -> ChatCompletionRequest:
     return request
 
 
-def _chat_error(errors: list[ErrorDetails]) -> InvalidRequest:
+def check_chat_request(body: Any, known: KnownMessages) -> tuple[ChatCompletionRequest, list[bytes] | None]:
+    """``parse_chat_request``, validating only the messages ``known`` has not seen validated (see
+    ``proxy/known_messages.py``); the cross-message rules still see every message. Returns the
+    validated request, whose ``messages`` are only those validated now (read its other fields), and
+    the exact digest of every message, for the chain memo (``None`` when the body had no message list)."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if not isinstance(messages, list) or not messages:
+        return parse_chat_request(body), None
+    digests = [exact_digest(message) for message in messages]
+    # The last message is new on nearly every turn; keeping it also keeps the list valid (non-empty).
+    fresh = known.unknown(digests) or [len(messages) - 1]
+    subset = {**body, "messages": [messages[index] for index in fresh]}
+    request = validated(ChatCompletionRequest, subset, lambda errors: _chat_error(errors, fresh))
+    check_tool_pairing(messages)
+    known.remember(digests)
+    return request, digests
+
+
+def _chat_error(errors: list[ErrorDetails], positions: list[int] | None = None) -> InvalidRequest:
     # A union (string or parts, int or float) reports every branch; the deepest error is the one
     # about what the client actually sent (a list's bad part, not "should be a valid string").
     error = max(errors, key=lambda e: len(e["loc"]))
-    location = _location(error["loc"])
+    loc = error["loc"]
+    if positions is not None and len(loc) > 1 and loc[0] == "messages" and isinstance(loc[1], int):
+        loc = ("messages", positions[loc[1]], *loc[2:])  # a position in the validated subset, in the request
+    location = _location(loc)
     return InvalidRequest(f"Invalid request: {location}: {error['msg']}", param=location or None)
 
 

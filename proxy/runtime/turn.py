@@ -119,13 +119,15 @@ class TurnRunner:
         headers: Mapping[str, str] | None = None,
         mode: Mode | None = None,
         ingress: Mapping[str, Any] | None = None,
+        digests: Sequence[bytes] | None = None,
     ) -> TurnResult:
         """Serve one validated request; the caller has already authorized and routed it.
 
-        ``ingress`` is what a non-chat ingress records about its translation (for the trace).
+        ``ingress`` is what a non-chat ingress records about its translation (for the trace); ``digests``
+        are the messages' exact digests when the edge computed them (``proxy/known_messages.py``).
         """
         # Named once: the hashes key the branch's turn lock and go on to the store with the request.
-        hashes = request_hashes(identity.context_id, body["messages"], self._branch_hashes)
+        hashes = request_hashes(identity.context_id, body["messages"], self._branch_hashes, digests)
         async with TurnLock(self.store.turn_lock(identity.context_id, branch_of(hashes))) as lock:
             request = await self._first_request(
                 body, identity, route, headers or {}, mode or self.settings.mode, ingress, hashes

@@ -58,13 +58,19 @@ def _has_surrogate(text: str) -> bool:
     return False
 
 
-def request_hashes(context_id: str, messages: Sequence[Mapping[str, Any]], memo: ChainMemo | None = None) -> list[str]:
-    """Chain hashes of every prefix of a request; an empty request or context id is a caller error."""
+def request_hashes(
+    context_id: str,
+    messages: Sequence[Mapping[str, Any]],
+    memo: ChainMemo | None = None,
+    digests: Sequence[bytes] | None = None,
+) -> list[str]:
+    """Chain hashes of every prefix of a request; an empty request or context id is a caller error.
+    ``digests`` are the messages' :func:`~proxy.canonical.exact_digest`, when the caller has them."""
     if not context_id:
         raise ValueError("context_id must not be empty")
     if not messages:
         raise ValueError("a request must carry at least one message")
-    return memo.hashes(context_id, messages) if memo is not None else chain_hashes(messages)
+    return memo.hashes(context_id, messages, digests) if memo is not None else chain_hashes(messages)
 
 
 def given_or_computed(
@@ -101,9 +107,13 @@ class ChainMemo:
         self.size = 0
         self._last: OrderedDict[str, tuple[bytes, list[str]]] = OrderedDict()
 
-    def hashes(self, context_id: str, messages: Sequence[Mapping[str, Any]]) -> list[str]:
-        """Chain hashes of every prefix of ``messages``."""
-        digests = b"".join(map(exact_digest, messages))
+    def hashes(
+        self, context_id: str, messages: Sequence[Mapping[str, Any]], given: Sequence[bytes] | None = None
+    ) -> list[str]:
+        """Chain hashes of every prefix of ``messages`` (``given``: their exact digests, already made)."""
+        if given is not None and len(given) != len(messages):
+            raise ValueError("one digest per message")
+        digests = b"".join(given if given is not None else map(exact_digest, messages))
         previous = self._last.pop(context_id, None)
         hashes: list[str] = []
         if previous is not None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.canonical import message_digest, message_hash
+from proxy.canonical import exact_digest, message_digest, message_hash
 
 variants = st.fixed_dictionaries(
     {"role": st.sampled_from(["user", "assistant", "tool"])},
@@ -56,3 +59,22 @@ def test_a_digest_has_the_same_small_size_whatever_the_message() -> None:
     malformed = message_digest({"role": "assistant", "tool_calls": [{"id": "c1"}]})  # no function: canonical path
     assert {len(small), len(large), len(odd), len(malformed)} == {17}
     assert message_digest({"role": "user", "content": "hi", "refusal": None}) == small
+
+
+def test_exact_digests_tell_apart_every_value_orjson_can_and_cannot_encode() -> None:
+    values: list[Any] = [
+        {"role": "user", "content": "a"},
+        {"content": "a", "role": "user"},  # the same fields in another order: another message as sent
+        {"role": "user", "content": "a", "refusal": None},
+        {"role": "user", "content": "\ud800"},  # orjson refuses a lone surrogate
+        {"role": "user", "content": "\ufffd"},
+        10**30,  # beyond 64 bits
+        float(10**30),
+        {1: "a"},  # a non-string key
+        {"1": "a"},
+        "not a message",
+        None,
+    ]
+    digests = [exact_digest(value) for value in values]
+    assert len(set(digests)) == len(values) and {len(d) for d in digests} == {17}
+    assert [exact_digest(copy.deepcopy(value)) for value in values] == digests
