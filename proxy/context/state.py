@@ -20,11 +20,13 @@ A session first seen mid-run is just a longer history: one pass fills every chan
 
 from __future__ import annotations
 
+import copy
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from proxy.canonical import content_text
+from proxy.canonical import HistoryEntry, content_text
 from proxy.context.types import DeclaredCall, StateChannel
 from proxy.jsonio import loads_text
 
@@ -60,10 +62,12 @@ def is_successful(text: str) -> bool:
     return True
 
 
-def declared_calls(history: Sequence[Mapping[str, Any]]) -> list[DeclaredCall]:
-    """Every assistant tool call, in history order and, within a message, in declared order."""
+def declared_calls(history: Sequence[Mapping[str, Any]], start: int = 0) -> list[DeclaredCall]:
+    """Every assistant tool call (of ``history[start:]``), in history order and, within a message, in
+    declared order."""
     calls: list[DeclaredCall] = []
-    for i, message in enumerate(history):
+    for i in range(start, len(history)):
+        message = history[i]
         if message.get("role") != "assistant":
             continue
         for call in message.get("tool_calls") or ():
@@ -106,16 +110,87 @@ def derive_state(
     by default ``history`` itself.
     """
     config = config or StateConfig()
-    diagnostics: list[str] = []
-    state: RunState = {channel.name: channel.initial() for channel in config.channels}
+    folded = _fold(history, config, _Folded.initial(config), 0)
+    return with_visibility(folded.run_state(), history if visible is None else visible, config)
+
+
+@dataclass(frozen=True)
+class _Folded:
+    """The channels' values and the diagnostics after folding the calls of a history's first ``length``
+    messages; ``settled`` when each of those calls found its result among them."""
+
+    values: dict[str, Any]
+    diagnostics: tuple[str, ...]
+    length: int
+    settled: bool
+
+    @staticmethod
+    def initial(config: StateConfig) -> _Folded:
+        return _Folded({channel.name: channel.initial() for channel in config.channels}, (), 0, True)
+
+    def run_state(self) -> RunState:
+        state: RunState = dict(self.values)
+        state[DIAGNOSTICS] = list(self.diagnostics[-_MAX_DIAGNOSTICS:])
+        return state
+
+
+def _fold(history: Sequence[Mapping[str, Any]], config: StateConfig, start: _Folded, offset: int) -> _Folded:
+    """``start`` (the fold of ``history[:offset]``) carried on over the calls of ``history[offset:]``."""
+    values = dict(start.values)
+    diagnostics = list(start.diagnostics)
     results = tool_results(history)
-    for call in declared_calls(history):
+    settled = start.settled
+    for call in declared_calls(history, offset):
         found = results.get(call.call_id)
+        settled = settled and found is not None and found[0] >= call.index
         text = found[1] if found is not None and found[0] >= call.index and is_successful(found[1]) else None
         for channel in config.channels:
-            state[channel.name] = channel.observe(state[channel.name], call, text, diagnostics.append)
-    state[DIAGNOSTICS] = diagnostics[-_MAX_DIAGNOSTICS:]
-    return with_visibility(state, history if visible is None else visible, config)
+            values[channel.name] = channel.observe(values[channel.name], call, text, diagnostics.append)
+    return _Folded(values, tuple(diagnostics[-_MAX_DIAGNOSTICS:]), len(history), settled)
+
+
+class RunStateMemo:
+    """Per recent session, the fold of its last request's history, so a turn folds only what is new.
+
+    Deriving the run state parses every call's arguments and folds every call through every channel, on
+    every turn. A resent history whose message at ``length - 1`` has the chain hash the fold was taken
+    at holds the very same first ``length`` messages (chain hashes name whole prefixes), so their fold
+    is taken as it was. Only a *settled* fold is kept: each of its calls found its result among those
+    messages, so no later message can change what a channel saw of them (a request's tool calls are
+    answered in it; proxy-owned steps too). Values are deep-copied in and out: a channel that changed
+    a value in place could not change a kept fold. At most ``max_sessions`` are kept, least recently
+    used dropped first.
+    """
+
+    def __init__(self, config: StateConfig, max_sessions: int = 1024) -> None:
+        self.config = config
+        self.max_sessions = max_sessions
+        self._last: OrderedDict[str, tuple[str, _Folded]] = OrderedDict()
+
+    def derive(
+        self,
+        context_id: str,
+        history: Sequence[HistoryEntry],
+        visible: Sequence[Mapping[str, Any]] | None = None,
+    ) -> RunState:
+        """``derive_state`` of ``history`` (its messages), folding only what follows the session's last fold."""
+        messages = [entry.message for entry in history]
+        start, offset = _Folded.initial(self.config), 0
+        kept = self._last.pop(context_id, None)
+        if kept is not None:
+            chain_hash, folded = kept
+            if 0 < folded.length <= len(history) and history[folded.length - 1].chain_hash == chain_hash:
+                start, offset = _copied(folded), folded.length
+        folded = _fold(messages, self.config, start, offset)
+        if folded.settled and history:
+            self._last[context_id] = (history[-1].chain_hash, _copied(folded))
+            while len(self._last) > self.max_sessions:
+                self._last.popitem(last=False)
+        return with_visibility(folded.run_state(), messages if visible is None else visible, self.config)
+
+
+def _copied(folded: _Folded) -> _Folded:
+    return _Folded(copy.deepcopy(folded.values), folded.diagnostics, folded.length, folded.settled)
 
 
 def with_visibility(state: Mapping[str, Any], visible: Sequence[Mapping[str, Any]], config: StateConfig) -> RunState:

@@ -26,7 +26,7 @@ from proxy.context.checkpoint import Checkpoint
 from proxy.context.nonce import session_nonce
 from proxy.context.pipeline import AssemblyInput, ContextPipeline
 from proxy.context.previews import READ_TOOL_OUTPUT
-from proxy.context.state import StateConfig, derive_state
+from proxy.context.state import RunStateMemo, StateConfig
 from proxy.context.types import ToolContext, tool_name
 from proxy.runtime.assembly import Candidate, CandidateRecord, SummaryBackoff, TurnRequest
 from proxy.runtime.provider import ProviderBackend
@@ -80,7 +80,7 @@ class SessionAssembler:
         self._toolbox = toolbox
         self._backend = backend
         self._summary_route = summary_route
-        self._state_config = state_config
+        self._run_states = RunStateMemo(state_config)  # a resent history's calls are folded once
         self._framing_secret = framing_secret
 
     @property
@@ -161,7 +161,7 @@ class SessionAssembler:
             context_id=request.identity.context_id,
             history=messages,
             client_tools=list(request.body.get("tools") or []),
-            state=derive_state(messages, self._state_config, visible),
+            state=self._run_states.derive(request.identity.context_id, history, visible),
             session=StoreToolSession(self._store, request.identity.context_id, request.reconciliation.head_hash),
         )
 
