@@ -199,12 +199,15 @@ class SessionAssembler:
         anchors = _anchors(view)
         own = _own_steps_key(request)
         items: list[HistoryEntry] = []
+        head = hashes[-1] if request.round else None  # this request's own rounds so far (none before its first)
         for message, prefix in zip(messages, hashes, strict=True):
             ref = tool_output_ref(prefix) if message.get("role") == "tool" else None
             items.append(HistoryEntry(message, prefix, ref))
+            if prefix not in anchors and prefix != head:
+                continue  # nearly every message: no proxy step follows it
             keys = [anchors[prefix]] if prefix in anchors else []
-            if prefix == hashes[-1] and request.round:
-                keys.append(own)  # this request's own rounds so far (none before its first: its key is new)
+            if prefix == head:
+                keys.append(own)
             previous = prefix
             for key in keys:
                 for step in await self._store.internal_steps(context_id, key):
