@@ -29,6 +29,7 @@ from proxy.config import Mode, Settings
 from proxy.context.nonce import SECRET_NAME
 from proxy.drain import Drain
 from proxy.errors import AuthenticationFailed, InvalidRequest, ModelNotFound, ProxyError
+from proxy.heap_trim import HeapTrimmer, glibc_trim
 from proxy.identity import identify
 from proxy.ingress import messages as anthropic
 from proxy.ingress.messages_errors import error_response as anthropic_error
@@ -92,13 +93,15 @@ def create_app(
     services = Services(store=store, backend=backend, assembler=assembler)
     telemetry = Telemetry.build(tracer_provider, os.environ)
     drain = Drain(settings.shutdown_grace_seconds)
-    reader = RequestReader(settings.max_request_bytes)
+    heap = HeapTrimmer(glibc_trim())  # returns what large requests freed to the OS (proxy/heap_trim.py)
+    reader = RequestReader(settings.max_request_bytes, on_body=heap.note_body)
     known_messages = KnownMessages()  # the chat edge validates a resent history's messages once
     # Record and replay (proxy/replay/): off unless a record folder is set, then nothing is wrapped.
     recorder = Recorder(settings.record_dir) if settings.record_dir is not None else None
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        heap.start()
         owned_store = services.store is None
         owned_backend = services.backend is None
         if services.store is None:
@@ -130,6 +133,7 @@ def create_app(
                 yield
         finally:
             reader.close()
+            heap.stop()
             aclose = getattr(services.backend, "aclose", None)
             if owned_backend and aclose is not None:
                 await aclose()  # the provider connections, before the loop they belong to stops
@@ -238,6 +242,7 @@ def create_app(
     if recorder is not None:
         app.add_middleware(RecordingMiddleware, recorder=recorder)
     app.state.drain = drain  # the server starts it on shutdown (proxy.drain.DrainingServer)
+    app.state.heap_trimmer = heap
     return app
 
 

@@ -29,8 +29,9 @@ T = TypeVar("T")
 class RequestReader:
     """Reads bodies up to ``limit`` bytes; owns the worker threads that decode the large ones."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, on_body: Callable[[int], None] | None = None) -> None:
         self.limit = limit
+        self._on_body = on_body  # told each body's size (``proxy/heap_trim.py``: large ones leave freed memory)
         self._pool = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="request-parse")
 
     async def json(self, request: Request) -> dict[str, Any]:
@@ -54,6 +55,8 @@ class RequestReader:
             raw.extend(piece)
             if len(raw) > self.limit:
                 raise RequestTooLarge(f"The request body exceeds the limit of {self.limit} bytes.")
+        if self._on_body is not None:
+            self._on_body(len(raw))
         return bytes(raw)
 
     def close(self) -> None:
