@@ -24,6 +24,7 @@ and the latest step are never summarized, so a protocol-valid history stays prot
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -33,7 +34,7 @@ from proxy.context.checkpoint import Checkpoint, build_summary_request, validate
 from proxy.context.pressure import Pressure, PressureConfig, measure_pressure
 from proxy.context.previews import READ_TOOL_OUTPUT, PreviewPolicy, is_preview, is_valid_ref, preview_message
 from proxy.context.types import TokenEstimator
-from proxy.context.units import RESULT_ROLES, Unit, anchor_unit, latest_step_start, split_units
+from proxy.context.units import RESULT_ROLES, Unit, latest_step_start, split_units
 
 # Counting a history is pure CPU: seconds for 20,000 messages seen for the first time. On the event loop
 # that would stall every other session's request for as long, so a large history is counted (and its
@@ -137,15 +138,23 @@ class _Working:
         self.nonce = nonce  # the session's framing nonce, on the checkpoint message
         self.reader = reader  # the name previews give the proxy's tool-output reader
         self.messages: list[Mapping[str, Any]] = [e.message for e in entries]
-        self.units = split_units(self.messages)
-        anchor = anchor_unit(self.messages, self.units)
-        self.head_end = self.units[anchor].stop if anchor is not None else 0
-        self.latest = self.units[latest_step_start(self.messages, self.units)].start if self.units else 0
+        # The anchor unit is the first user message (a user message is always a unit of its own), so the
+        # head is found without splitting: the split is made only when previews or a checkpoint need it.
+        self.head_end = _first_user(self.messages) + 1
         self.checkpoint: Checkpoint | None = None
         self.start = self.head_end
         self.visible: dict[int, dict[str, Any]] = {}  # entry index -> replacement (preview or split tail)
         self.costs = [estimator.count_message(m) for m in self.messages]
         self.checkpoint_cost = 0
+
+    @functools.cached_property
+    def units(self) -> list[Unit]:
+        return split_units(self.messages)
+
+    @functools.cached_property
+    def latest(self) -> int:
+        """Where the latest step begins (``latest_step_start``), as a message index."""
+        return self.units[latest_step_start(self.messages, self.units)].start if self.units else 0
 
     def message(self, i: int) -> Mapping[str, Any]:
         return self.visible.get(i, self.messages[i])
@@ -181,6 +190,11 @@ class _Working:
             for i in range(self.start, len(self.entries))
             if (ref := self.entries[i].tool_output_ref) and is_preview(content_text(self.message(i).get("content")))
         ]
+
+
+def _first_user(messages: Sequence[Mapping[str, Any]]) -> int:
+    """The index of the first user message (``anchor_unit``'s unit), or -1 without one."""
+    return next((i for i, message in enumerate(messages) if message.get("role") == "user"), -1)
 
 
 def is_large(history: Sequence[HistoryEntry]) -> bool:
@@ -283,7 +297,7 @@ class HistoryCompactor:
         self, work: _Working, checkpoints: Collection[Checkpoint], previewed: set[str], trace: CompactionTrace
     ) -> None:
         """Step 0: the stored checkpoint of the longest covered prefix, and earlier previews."""
-        position = {e.chain_hash: i for i, e in enumerate(work.entries)}
+        position = {e.chain_hash: i for i, e in enumerate(work.entries)} if checkpoints else {}
         best: tuple[int, Checkpoint] | None = None
         for checkpoint in checkpoints:
             i = position.get(checkpoint.covers_hash, -1)
@@ -292,7 +306,7 @@ class HistoryCompactor:
         if best is not None:
             work.set_checkpoint(best[1], best[0])
             trace.reused_checkpoint = best[1].covers_hash
-        for i in range(work.start, len(work.entries)):
+        for i in range(work.start, len(work.entries) if previewed else 0):
             ref = work.entries[i].tool_output_ref
             if ref is not None and ref in previewed and i not in work.visible and self._try_preview(work, i):
                 trace.reapplied_refs.append(ref)

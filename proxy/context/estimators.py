@@ -260,6 +260,14 @@ class CachingEstimator:
             self._store(key, count)
         return count
 
+    def known_count_at(self, chain_hash: str) -> int | None:
+        """The cached count of the history message named ``chain_hash``, or ``None`` (nothing is counted)."""
+        key = _chain_key(chain_hash)
+        cached = self._cache.get(key) if key is not None else None
+        if cached is not None:
+            self.hits += 1
+        return cached
+
     def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
         """Cached by a digest of the tools' stable JSON."""
         return self._cached(_TOOLS + _digest(stable_json(list(tools))), lambda: self.inner.count_tools(tools))
@@ -340,11 +348,20 @@ class TurnEstimator:
         if self._prefix is None:
             return
         named, by_anchor = self._named, self._named_by_anchor
+        # A message the shared cache already counted (the resent prefix: nearly all) is memoized here and
+        # now, in this one pass, as if counted: the turn's first count of it is then a memo hit.
+        known = self._prefix.known_count_at if isinstance(self._prefix, CachingEstimator) else None
+        by_object, counted_by_anchor = self._by_object, self._by_anchor
         for message, chain_hash in zip(messages, chain_hashes, strict=True):
             named[id(message)] = (message, chain_hash)
             anchor = _anchor(message)
             if anchor is not None:
                 by_anchor[id(anchor)] = (message, chain_hash)
+            tokens = known(chain_hash) if known is not None else None
+            if tokens is not None:
+                by_object[id(message)] = (message, message.get("content"), tokens)
+                if anchor is not None:
+                    counted_by_anchor.setdefault(id(anchor), (message, tokens))
 
     def count_text(self, text: str) -> int:
         """Passed through (scaled): texts are few per turn."""

@@ -281,6 +281,21 @@ def test_a_turn_estimator_counts_named_history_and_its_copies_by_chain_hash(monk
     assert digests == [] and inner.hits == 20
 
 
+def test_a_named_message_known_to_the_cache_is_memoized_when_named_and_recounted_once_rewritten() -> None:
+    counting = CountingEstimator()
+    inner = CachingEstimator(counting)
+    history = [{"role": "tool", "tool_call_id": f"c{i}", "content": f"output {i} " * 20} for i in range(5)]
+    hashes = chain_hashes(history)
+    known = [inner.count_message_at(h, m) for h, m in zip(hashes, history, strict=True)]
+    turn = TurnEstimator(inner)
+    turn.name_messages(history, hashes)  # the cached prefix is looked up here, once
+    hits = inner.hits
+    assert [turn.count_message(m) for m in history] == known and inner.hits == hits  # memo hits only
+    history[2]["content"] = "rewritten in place " * 50  # a stage that changed it after naming (none does)
+    assert turn.count_message(history[2]) == known[2]  # still named by its chain hash, as before naming
+    assert turn.count_message(dict(history[3])) == known[3] and len(counting.history) == 5
+
+
 def test_a_turn_estimator_scales_its_memo_of_base_counts_and_reads_them_unscaled() -> None:
     inner = CountingEstimator()
     turn = TurnEstimator(inner, 1.3)

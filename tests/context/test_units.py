@@ -1,5 +1,11 @@
 """Splitting history into atomic units."""
 
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.context.compactor import _first_user
 from proxy.context.units import Unit, anchor_unit, call_ids, latest_step_start, split_units
 
 CALL = {
@@ -51,3 +57,26 @@ def test_no_assistant_latest_is_last_unit_and_no_user_no_anchor() -> None:
     units = split_units(history)
     assert latest_step_start(history, units) == 1
     assert anchor_unit([{"role": "assistant", "content": "x"}], split_units([{"role": "assistant"}])) is None
+
+
+_ROLES = ["system", "developer", "user", "assistant", "assistant_call", "tool", "function"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_ROLES), max_size=30), st.randoms())
+def test_the_anchor_unit_is_the_first_user_message(roles: list[str], rng: Any) -> None:
+    # The compactor finds the task anchor without splitting the history (compactor._first_user): a user
+    # message is always a unit of its own, so the anchor unit is exactly the first user message.
+    history: list[dict[str, Any]] = []
+    for k, role in enumerate(roles):
+        if role == "assistant_call":
+            calls = [{"id": f"c{k}_{j}", "type": "function"} for j in range(rng.randint(1, 2))]
+            history.append({"role": "assistant", "content": None, "tool_calls": calls})
+        elif role == "tool":
+            history.append({"role": "tool", "tool_call_id": f"c{k - 1}_{rng.randint(0, 1)}", "content": "r"})
+        else:
+            history.append({"role": role, "content": "x"})
+    units = split_units(history)
+    anchor = anchor_unit(history, units)
+    expected = units[anchor].stop if anchor is not None else 0
+    assert _first_user(history) + 1 == expected
