@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable
 
 LARGE_BODY_BYTES = 1024 * 1024  # a request this large leaves megabytes of freed blocks behind
-TRIM_INTERVAL_SECONDS = 1.0  # at most one trim a second: under 1 ms of another thread's time each
+TRIM_INTERVAL_SECONDS = 1.0  # at most one trim a second: 0.1 to 4 ms of another thread's time each (measured)
 
 
 def glibc_trim() -> Callable[[], object] | None:
