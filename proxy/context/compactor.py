@@ -34,7 +34,7 @@ from proxy.context.checkpoint import Checkpoint, build_summary_request, validate
 from proxy.context.pressure import Pressure, PressureConfig, measure_pressure
 from proxy.context.previews import READ_TOOL_OUTPUT, PreviewPolicy, is_preview, is_valid_ref, preview_message
 from proxy.context.types import TokenEstimator
-from proxy.context.units import RESULT_ROLES, Unit, latest_step_start, split_units
+from proxy.context.units import RESULT_ROLES, Unit, anchor_stop, latest_step_start, split_units
 
 # Counting a history is pure CPU: seconds for 20,000 messages seen for the first time. On the event loop
 # that would stall every other session's request for as long, so a large history is counted (and its
@@ -138,9 +138,8 @@ class _Working:
         self.nonce = nonce  # the session's framing nonce, on the checkpoint message
         self.reader = reader  # the name previews give the proxy's tool-output reader
         self.messages: list[Mapping[str, Any]] = [e.message for e in entries]
-        # The anchor unit is the first user message (a user message is always a unit of its own), so the
-        # head is found without splitting: the split is made only when previews or a checkpoint need it.
-        self.head_end = _first_user(self.messages) + 1
+        # Found without splitting: the split is made only when previews or a checkpoint need it.
+        self.head_end = anchor_stop(self.messages)
         self.checkpoint: Checkpoint | None = None
         self.start = self.head_end
         self.visible: dict[int, dict[str, Any]] = {}  # entry index -> replacement (preview or split tail)
@@ -190,11 +189,6 @@ class _Working:
             for i in range(self.start, len(self.entries))
             if (ref := self.entries[i].tool_output_ref) and is_preview(content_text(self.message(i).get("content")))
         ]
-
-
-def _first_user(messages: Sequence[Mapping[str, Any]]) -> int:
-    """The index of the first user message (``anchor_unit``'s unit), or -1 without one."""
-    return next((i for i, message in enumerate(messages) if message.get("role") == "user"), -1)
 
 
 def is_large(history: Sequence[HistoryEntry]) -> bool:

@@ -334,6 +334,8 @@ class TurnEstimator:
         self.inner = inner
         self.factor = factor
         self._prefix = inner if isinstance(inner, PrefixTokenEstimator) else None
+        # The shared cache's own lookup of a named message's count, used when naming (``None``: another counter).
+        self._known_at = inner.known_count_at if isinstance(inner, CachingEstimator) else None
         self._by_object: dict[int, tuple[Mapping[str, Any], Any, int]] = {}  # id -> (message, content, count)
         self._by_anchor: dict[int, tuple[Mapping[str, Any], int]] = {}  # id of content -> (message, count)
         self._named: dict[int, tuple[Mapping[str, Any], str]] = {}  # id -> (message, chain hash)
@@ -350,7 +352,7 @@ class TurnEstimator:
         named, by_anchor = self._named, self._named_by_anchor
         # A message the shared cache already counted (the resent prefix: nearly all) is memoized here and
         # now, in this one pass, as if counted: the turn's first count of it is then a memo hit.
-        known = self._prefix.known_count_at if isinstance(self._prefix, CachingEstimator) else None
+        known = self._known_at
         by_object, counted_by_anchor = self._by_object, self._by_anchor
         for message, chain_hash in zip(messages, chain_hashes, strict=True):
             named[id(message)] = (message, chain_hash)

@@ -88,6 +88,12 @@ def anchor_unit(history: Sequence[Mapping[str, Any]], units: Sequence[Unit]) -> 
     return None
 
 
+def anchor_stop(history: Sequence[Mapping[str, Any]]) -> int:
+    """Where the task anchor's unit ends (0 without one), without splitting ``history``: a user message is
+    always a unit of its own, so the anchor unit is exactly the first user message."""
+    return next((i + 1 for i, message in enumerate(history) if message.get("role") == "user"), 0)
+
+
 def latest_step_start(history: Sequence[Mapping[str, Any]], units: Sequence[Unit]) -> int:
     """Index (into ``units``) where the latest step begins: the last unit that starts with an assistant
     message, so the step keeps its call/result structure and whatever the client sent after it; with no

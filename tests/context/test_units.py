@@ -5,8 +5,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.context.compactor import _first_user
-from proxy.context.units import Unit, anchor_unit, call_ids, latest_step_start, split_units
+from proxy.context.units import Unit, anchor_stop, anchor_unit, call_ids, latest_step_start, split_units
 
 CALL = {
     "role": "assistant",
@@ -64,9 +63,8 @@ _ROLES = ["system", "developer", "user", "assistant", "assistant_call", "tool", 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from(_ROLES), max_size=30), st.randoms())
-def test_the_anchor_unit_is_the_first_user_message(roles: list[str], rng: Any) -> None:
-    # The compactor finds the task anchor without splitting the history (compactor._first_user): a user
-    # message is always a unit of its own, so the anchor unit is exactly the first user message.
+def test_anchor_stop_is_where_the_anchor_unit_ends(roles: list[str], rng: Any) -> None:
+    # The compactor finds the task anchor without splitting the history (anchor_stop).
     history: list[dict[str, Any]] = []
     for k, role in enumerate(roles):
         if role == "assistant_call":
@@ -79,4 +77,4 @@ def test_the_anchor_unit_is_the_first_user_message(roles: list[str], rng: Any) -
     units = split_units(history)
     anchor = anchor_unit(history, units)
     expected = units[anchor].stop if anchor is not None else 0
-    assert _first_user(history) + 1 == expected
+    assert anchor_stop(history) == expected
