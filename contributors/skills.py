@@ -222,6 +222,8 @@ class SkillsChannel:
 
     def judge(self, value: Any, visible: Sequence[Mapping[str, Any]]) -> Any:
         """Each reference's ``visible``: its result is in ``visible`` and not compacted to a preview."""
+        if not value:
+            return []  # no skill read yet (nearly every turn): nothing to look for in the visible history
         bodies = {cid for cid, (_, text) in tool_results(visible).items() if not is_preview(text)}
         return [{**ref, "visible": ref["tool_call_id"] in bodies} for ref in value or ()]
 

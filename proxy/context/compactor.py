@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from proxy.canonical import HistoryEntry, chain_hashes, content_text
 from proxy.context.checkpoint import Checkpoint, build_summary_request, validate_checkpoint
+from proxy.context.estimators import counts_of
 from proxy.context.pressure import Pressure, PressureConfig, measure_pressure
 from proxy.context.previews import READ_TOOL_OUTPUT, PreviewPolicy, is_preview, is_valid_ref, preview_message
 from proxy.context.types import TokenEstimator
@@ -143,7 +144,7 @@ class _Working:
         self.checkpoint: Checkpoint | None = None
         self.start = self.head_end
         self.visible: dict[int, dict[str, Any]] = {}  # entry index -> replacement (preview or split tail)
-        self.costs = [estimator.count_message(m) for m in self.messages]
+        self.costs = counts_of(estimator, self.messages)
         self.checkpoint_cost = 0
 
     @functools.cached_property

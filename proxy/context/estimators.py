@@ -340,6 +340,9 @@ class TurnEstimator:
         self._by_anchor: dict[int, tuple[Mapping[str, Any], int]] = {}  # id of content -> (message, count)
         self._named: dict[int, tuple[Mapping[str, Any], str]] = {}  # id -> (message, chain hash)
         self._named_by_anchor: dict[int, tuple[Mapping[str, Any], str]] = {}  # id of content -> (message, hash)
+        self._last_named: tuple[tuple[Mapping[str, Any], ...], list[str]] = ((), [])
+        # ids of a counted message sequence -> (the messages, their contents, base counts): see ``base_counts``
+        self._sequences: dict[tuple[int, ...], tuple[tuple[Mapping[str, Any], ...], tuple[Any, ...], list[int]]] = {}
 
     def name_history(self, entries: Sequence[HistoryEntry]) -> None:
         """Count these messages (and their shallow copies) by their chain hashes from now on."""
@@ -349,6 +352,14 @@ class TurnEstimator:
         """Count ``messages[i]`` (and its shallow copies) by ``chain_hashes[i]`` from now on."""
         if self._prefix is None:
             return
+        # The assembly names its history again after the calibration named the client's messages: without
+        # proxy steps these are the very same messages and hashes, already named (one C-speed comparison).
+        last_messages, last_hashes = self._last_named
+        hashes = list(chain_hashes)
+        same = len(last_messages) == len(messages) and all(map(operator.is_, last_messages, messages))
+        if same and last_hashes == hashes:
+            return
+        self._last_named = (tuple(messages), hashes)
         named, by_anchor = self._named, self._named_by_anchor
         # A message the shared cache already counted (the resent prefix: nearly all) is memoized here and
         # now, in this one pass, as if counted: the turn's first count of it is then a memo hit.
@@ -376,6 +387,45 @@ class TurnEstimator:
     def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
         """Passed through (scaled)."""
         return self._scaled(self.inner.count_tools(tools))
+
+    def counts(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
+        """``count_message`` of each of ``messages``, in one pass (see ``base_counts``)."""
+        base = self.base_counts(messages)
+        factor = self.factor
+        return list(base) if factor == 1.0 else [math.ceil(count * factor) for count in base]
+
+    def base_counts(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
+        """``base_count_message`` of each of ``messages``, memoized for the sequence as a whole.
+
+        Several stages count one sequence of the same message objects (the validator the composed input,
+        then the calibration sample what was sent): the second time it is recognized in C-speed passes
+        (the ids, and each message's content still the one counted) instead of one lookup per message.
+        """
+        key = tuple(map(id, messages))
+        contents = tuple(map(_content_of, messages))
+        seen = self._sequences.get(key)
+        if seen is not None and all(map(operator.is_, seen[1], contents)):
+            return seen[2]
+        by_object, by_anchor, count = self._by_object, self._by_anchor, self.base_count_message
+        out: list[int] = []
+        for message, content in zip(messages, contents, strict=True):
+            # base_count_message's two cheap answers, inlined (a call per message is most of their cost):
+            # the very message counted before, or a shallow copy of one (the composer's, nearly all).
+            known = by_object.get(id(message))
+            if known is not None and known[0] is message and known[1] is content:
+                out.append(known[2])
+                continue
+            anchor = content if content is not None else message.get("tool_calls")
+            original = by_anchor.get(id(anchor)) if anchor is not None else None
+            if original is not None and _same_fields(original[0], message):
+                by_object[id(message)] = (message, content, original[1])
+                out.append(original[1])
+                continue
+            out.append(count(message))
+        if len(self._sequences) >= _SEQUENCES_PER_TURN:
+            self._sequences.pop(next(iter(self._sequences)))
+        self._sequences[key] = (tuple(messages), contents, out)  # holds the messages: their ids stay theirs
+        return out
 
     def unscaled(self) -> TokenEstimator:
         """This memo's base counts (what calibration compares with the provider's figure)."""
@@ -414,6 +464,18 @@ class TurnEstimator:
         return count if self.factor == 1.0 else math.ceil(count * self.factor)
 
 
+_SEQUENCES_PER_TURN = 8  # a turn counts a handful of whole sequences (history, window, composed input)
+_content_of = operator.methodcaller("get", "content")
+
+
+def counts_of(estimator: TokenEstimator, messages: Sequence[Mapping[str, Any]]) -> list[int]:
+    """``estimator.count_message`` of each message: in one memoized pass for a turn's counter (``TurnEstimator``
+    or its ``unscaled`` view), one call per message for any other."""
+    if isinstance(estimator, TurnEstimator | _Unscaled):
+        return list(estimator.counts(messages))
+    return [estimator.count_message(message) for message in messages]
+
+
 def _anchor(message: Mapping[str, Any]) -> Any:
     """The value a shallow copy of ``message`` is found by: its content, else its tool calls (``None``:
     neither, found by object only)."""
@@ -437,6 +499,9 @@ class _Unscaled:
 
     def count_message(self, message: Mapping[str, Any]) -> int:
         return self._turn.base_count_message(message)
+
+    def counts(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
+        return self._turn.base_counts(messages)
 
     def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
         return self._turn.inner.count_tools(tools)

@@ -138,9 +138,12 @@ def _fold(history: Sequence[Mapping[str, Any]], config: StateConfig, start: _Fol
     """``start`` (the fold of ``history[:offset]``) carried on over the calls of ``history[offset:]``."""
     values = dict(start.values)
     diagnostics = list(start.diagnostics)
-    results = tool_results(history)
+    calls = declared_calls(history, offset)
+    # The results are looked for only when there are calls to fold: a resent history whose new messages
+    # declare none (a user message, a text answer) is not scanned at all.
+    results = tool_results(history) if calls else {}
     settled = start.settled
-    for call in declared_calls(history, offset):
+    for call in calls:
         found = results.get(call.call_id)
         settled = settled and found is not None and found[0] >= call.index
         text = found[1] if found is not None and found[0] >= call.index and is_successful(found[1]) else None

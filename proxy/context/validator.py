@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.context.composer import ComposedContext
+from proxy.context.estimators import counts_of
 from proxy.context.hidden import HIDDEN_MESSAGE
 from proxy.context.types import TokenEstimator
 from proxy.context.units import RESULT_ROLES, call_ids
@@ -42,7 +43,7 @@ class ContextValidator:
         messages = composed.messages
         problems = _role_problems(messages, require_user) + _pairing_problems(messages)
         problems += _hidden_problems(composed, nonce)
-        total = sum(estimator.count_message(m) for m in messages) + (estimator.count_tools(tools) if tools else 0)
+        total = sum(counts_of(estimator, messages)) + (estimator.count_tools(tools) if tools else 0)
         if total > limit_tokens:
             problems.append(f"estimated {total} tokens, over the limit of {limit_tokens}")
         if problems:

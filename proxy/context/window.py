@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.context.estimators import counts_of
 from proxy.context.types import Diagnostic, TokenEstimator
 from proxy.context.units import anchor_unit, latest_step_start, split_units
 from proxy.errors import AssemblyFailed
@@ -67,7 +68,7 @@ class AtomicHistoryWindowPolicy:
         if limit_tokens <= 0:
             raise AssemblyFailed(f"no token budget left for the history (limit {limit_tokens})")
         units = split_units(history)
-        costs = [estimator.count_message(m) for m in history]
+        costs = counts_of(estimator, history)
         unit_cost = [sum(costs[u.start : u.stop]) for u in units]
         anchor = anchor_unit(history, units)
         latest = latest_step_start(history, units) if units else None

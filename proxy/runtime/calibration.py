@@ -25,6 +25,7 @@ from proxy.context.estimators import (
     ConservativeTokenEstimator,
     TiktokenEstimator,
     TurnEstimator,
+    counts_of,
     tiktoken_encoding_for,
 )
 from proxy.context.types import TokenEstimator
@@ -161,7 +162,7 @@ class TokenCalibrator:
 def local_count(estimator: TokenEstimator, llm_input: Mapping[str, Any]) -> int:
     """The estimator's count of a provider call's messages and tools, as sent."""
     messages = llm_input.get("messages") or []
-    total = sum(estimator.count_message(m) for m in messages if isinstance(m, Mapping))
+    total = sum(counts_of(estimator, [m for m in messages if isinstance(m, Mapping)]))
     tools = llm_input.get("tools") or []
     return total + estimator.count_tools([t for t in tools if isinstance(t, Mapping)])
 

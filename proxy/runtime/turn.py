@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from proxy.client_params import client_arguments, with_route
 from proxy.config import Mode, ModelRoute, Settings
-from proxy.context.estimators import TurnEstimator
+from proxy.context.estimators import TurnEstimator, counts_of
 from proxy.context.nonce import session_nonce
 from proxy.context.types import TokenEstimator
 from proxy.errors import AssemblyFailed, ContextOverflow, ProxyError
@@ -454,7 +454,7 @@ def build_llm_input(body: dict[str, Any], route: ModelRoute, candidate: Candidat
 def _estimated_size(llm_input: dict[str, Any], counts_output: bool, estimator: TokenEstimator) -> int:
     """What the provider was sent, in tokens estimated by ``estimator``; with the requested output when
     the provider said it counted that against the window."""
-    size = sum(estimator.count_message(m) for m in llm_input.get("messages") or [] if isinstance(m, dict))
+    size = sum(counts_of(estimator, [m for m in llm_input.get("messages") or [] if isinstance(m, dict)]))
     size += estimator.count_tools(llm_input.get("tools") or [])
     if counts_output:
         requested = llm_input.get("max_completion_tokens") or llm_input.get("max_tokens")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from bench.levers import chat_body, gc_freeze_lever, orjson_lever
 from bench.levers_part import validate
+from bench.levers_turn import sequence_counts_lever
+from proxy.context import estimators, validator
 
 
 def test_the_orjson_lever_times_both_codecs_on_the_same_body():
@@ -22,3 +24,10 @@ def test_the_gc_freeze_lever_freezes_litellm_s_objects_in_a_fresh_process():
     validate(figures)
     assert figures["frozen_objects"] > 100_000
     assert figures["collect_unfrozen_ms"] > figures["collect_frozen_ms"]
+
+
+def test_the_sequence_counts_lever_times_both_ways_of_counting_and_restores_them():
+    figures = sequence_counts_lever(messages=20, repeats=1)
+    validate(figures)
+    assert figures["before_ms"] > 0 and figures["after_ms"] > 0
+    assert validator.counts_of is estimators.counts_of  # the stages count by sequences again

@@ -328,6 +328,56 @@ def test_one_turn_counter_serves_the_assembly_the_trace_and_the_calibration_samp
     assert inner.inner.history == history  # type: ignore[attr-defined]  # each message counted once, ever
 
 
+@given(
+    st.lists(st.text(max_size=40), min_size=1, max_size=12),
+    st.sampled_from([1.0, 1.1, 1.37]),
+    st.lists(st.integers(min_value=0, max_value=11), max_size=4),
+)
+def test_counting_a_sequence_at_once_equals_counting_each_message(
+    texts: list[str], factor: float, rewritten: list[int]
+) -> None:
+    history = [{"role": "user" if i % 2 else "assistant", "content": text} for i, text in enumerate(texts)]
+    turn = TurnEstimator(CachingEstimator(ConservativeTokenEstimator()), factor)
+    turn.name_messages(history, chain_hashes(history))
+    copies = [dict(m) for m in history]  # the composer's shallow copies, counted by the validator
+    expected = [
+        math.ceil(ESTIMATOR.count_message(m) * factor) if factor != 1.0 else ESTIMATOR.count_message(m) for m in history
+    ]
+    assert turn.counts(copies) == expected == [turn.count_message(m) for m in copies]
+    assert estimators.counts_of(turn.unscaled(), copies) == [ESTIMATOR.count_message(m) for m in history]
+    for index in rewritten:  # a stage that rewrote a message in place after it was counted (none does)
+        if index < len(copies):
+            copies[index]["content"] = "rewritten in place, much longer than before " * 3
+    assert turn.counts(copies) == [turn.count_message(m) for m in copies]
+    assert estimators.counts_of(ESTIMATOR, copies) == [ESTIMATOR.count_message(m) for m in copies]
+
+
+def test_the_same_sequence_counted_again_is_recognized_whole() -> None:
+    inner = CountingEstimator()
+    turn = TurnEstimator(inner)
+    sent = [{"role": "user", "content": f"sample {i}"} for i in range(40)]
+    first = turn.counts(sent)
+    calls: list[object] = []
+    turn.base_count_message = lambda message: calls.append(message) or 0  # type: ignore[method-assign]
+    assert turn.unscaled().counts(list(sent)) == first  # the calibration sample: the very messages again
+    assert calls == [] and len(inner.history) == 40
+
+
+def test_naming_the_same_history_again_is_a_no_op_and_a_changed_one_is_named() -> None:
+    inner = CachingEstimator(CountingEstimator())
+    history = [{"role": "user", "content": f"step {i}"} for i in range(10)]
+    hashes = chain_hashes(history)
+    known = [inner.count_message_at(h, m) for h, m in zip(hashes, history, strict=True)]
+    turn = TurnEstimator(inner)
+    turn.name_messages(history, hashes)
+    hits = inner.hits
+    turn.name_history([HistoryEntry(m, h) for m, h in zip(history, hashes, strict=True)])  # the assembly's naming
+    assert inner.hits == hits  # recognized as already named: the cache was not asked again
+    longer = [*history, {"role": "assistant", "content": "a proxy step"}]
+    turn.name_messages(longer, chain_hashes(longer))
+    assert inner.hits == hits + 10 and [turn.count_message(m) for m in history] == known
+
+
 def record_digests(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """From now on, the messages whose content digest the cache computes."""
     calls: list[Any] = []
