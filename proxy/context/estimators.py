@@ -367,12 +367,13 @@ class TurnEstimator:
         by_object, counted_by_anchor = self._by_object, self._by_anchor
         for message, chain_hash in zip(messages, chain_hashes, strict=True):
             named[id(message)] = (message, chain_hash)
-            anchor = _anchor(message)
+            content = message.get("content")
+            anchor = content if content is not None else message.get("tool_calls")  # _anchor, inlined
             if anchor is not None:
                 by_anchor[id(anchor)] = (message, chain_hash)
             tokens = known(chain_hash) if known is not None else None
             if tokens is not None:
-                by_object[id(message)] = (message, message.get("content"), tokens)
+                by_object[id(message)] = (message, content, tokens)
                 if anchor is not None:
                     counted_by_anchor.setdefault(id(anchor), (message, tokens))
 
