@@ -13,7 +13,7 @@ import operator
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 from proxy.canonical import HistoryEntry, canonical_message, content_text, message_digest, stable_json
 from proxy.context.cjk_costs import cost_table
@@ -342,7 +342,7 @@ class TurnEstimator:
         self._named_by_anchor: dict[int, tuple[Mapping[str, Any], str]] = {}  # id of content -> (message, hash)
         self._last_named: tuple[tuple[Mapping[str, Any], ...], list[str]] = ((), [])
         # ids of a counted message sequence -> (the messages, their contents, base counts): see ``base_counts``
-        self._sequences: dict[tuple[int, ...], tuple[tuple[Mapping[str, Any], ...], tuple[Any, ...], list[int]]] = {}
+        self._sequences: dict[tuple[int, ...], _CountedSequence] = {}
 
     def name_history(self, entries: Sequence[HistoryEntry]) -> None:
         """Count these messages (and their shallow copies) by their chain hashes from now on."""
@@ -393,7 +393,7 @@ class TurnEstimator:
         """``count_message`` of each of ``messages``, in one pass (see ``base_counts``)."""
         base = self.base_counts(messages)
         factor = self.factor
-        return list(base) if factor == 1.0 else [math.ceil(count * factor) for count in base]
+        return base if factor == 1.0 else [math.ceil(count * factor) for count in base]
 
     def base_counts(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
         """``base_count_message`` of each of ``messages``, memoized for the sequence as a whole.
@@ -406,7 +406,7 @@ class TurnEstimator:
         contents = tuple(map(_content_of, messages))
         seen = self._sequences.get(key)
         if seen is not None and all(map(operator.is_, seen[1], contents)):
-            return seen[2]
+            return list(seen[2])
         by_object, by_anchor, count = self._by_object, self._by_anchor, self.base_count_message
         out: list[int] = []
         for message, content in zip(messages, contents, strict=True):
@@ -425,7 +425,7 @@ class TurnEstimator:
             out.append(count(message))
         if len(self._sequences) >= _SEQUENCES_PER_TURN:
             self._sequences.pop(next(iter(self._sequences)))
-        self._sequences[key] = (tuple(messages), contents, out)  # holds the messages: their ids stay theirs
+        self._sequences[key] = (tuple(messages), contents, tuple(out))  # holds the messages: their ids stay theirs
         return out
 
     def unscaled(self) -> TokenEstimator:
@@ -466,6 +466,7 @@ class TurnEstimator:
 
 
 _SEQUENCES_PER_TURN = 8  # a turn counts a handful of whole sequences (history, window, composed input)
+_CountedSequence: TypeAlias = tuple[tuple[Mapping[str, Any], ...], tuple[Any, ...], tuple[int, ...]]
 _content_of = operator.methodcaller("get", "content")
 
 
@@ -473,7 +474,7 @@ def counts_of(estimator: TokenEstimator, messages: Sequence[Mapping[str, Any]]) 
     """``estimator.count_message`` of each message: in one memoized pass for a turn's counter (``TurnEstimator``
     or its ``unscaled`` view), one call per message for any other."""
     if isinstance(estimator, TurnEstimator | _Unscaled):
-        return list(estimator.counts(messages))
+        return estimator.counts(messages)  # a list of its own: the memo keeps a tuple
     return [estimator.count_message(message) for message in messages]
 
 

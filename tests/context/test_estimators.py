@@ -361,6 +361,8 @@ def test_the_same_sequence_counted_again_is_recognized_whole() -> None:
     turn.base_count_message = lambda message: calls.append(message) or 0  # type: ignore[method-assign]
     assert turn.unscaled().counts(list(sent)) == first  # the calibration sample: the very messages again
     assert calls == [] and len(inner.history) == 40
+    turn.counts(sent).append(0)  # a caller's list is its own: the memo is not changed through it
+    assert turn.counts(sent) == first
 
 
 def test_naming_the_same_history_again_is_a_no_op_and_a_changed_one_is_named() -> None:
