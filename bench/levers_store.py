@@ -35,7 +35,8 @@ prepare_offline_environment()
 
 from bench.assembly import TOOLS, make_history  # noqa: E402 - after the offline set-up (tiktoken)
 from proxy.config import ModelRoute, Settings  # noqa: E402
-from proxy.context.estimators import ConservativeTokenEstimator, TurnEstimator  # noqa: E402
+from proxy.context.estimators import ConservativeTokenEstimator  # noqa: E402
+from proxy.context.turn_estimator import TurnEstimator  # noqa: E402
 from proxy.identity import SessionIdentity  # noqa: E402
 from proxy.runtime.services import build_runner  # noqa: E402
 from proxy.runtime.turn import TurnRunner  # noqa: E402

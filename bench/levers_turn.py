@@ -25,7 +25,7 @@ prepare_offline_environment()
 
 from bench.assembly import make_history  # noqa: E402 - after the offline set-up (litellm, tiktoken)
 from bench.levers_store import ROUTE, _body, _runner, _with_store  # noqa: E402
-from proxy.context import compactor, estimators, validator, window  # noqa: E402
+from proxy.context import compactor, turn_estimator, validator, window  # noqa: E402
 from proxy.identity import SessionIdentity  # noqa: E402
 from proxy.runtime import calibration, turn  # noqa: E402
 from proxy.session.sqlite import SqliteSessionStore  # noqa: E402
@@ -64,21 +64,21 @@ def _counts_one_by_one() -> Iterator[None]:
     """As before the lever: each stage counts message by message, and the assembly names its history again."""
     users = (validator, window, compactor, calibration, turn)
     saved = [module.counts_of for module in users]
-    name_messages = estimators.TurnEstimator.name_messages
+    name_messages = turn_estimator.TurnEstimator.name_messages
 
-    def name_again(self: estimators.TurnEstimator, messages: Any, chain_hashes: Any) -> None:
+    def name_again(self: turn_estimator.TurnEstimator, messages: Any, chain_hashes: Any) -> None:
         self._last_named = ((), [])
         name_messages(self, messages, chain_hashes)
 
     for module in users:
         module.counts_of = _one_by_one  # type: ignore[attr-defined]
-    estimators.TurnEstimator.name_messages = name_again  # type: ignore[method-assign]
+    turn_estimator.TurnEstimator.name_messages = name_again  # type: ignore[method-assign]
     try:
         yield
     finally:
         for module, original in zip(users, saved, strict=True):
             module.counts_of = original  # type: ignore[attr-defined]
-        estimators.TurnEstimator.name_messages = name_messages  # type: ignore[method-assign]
+        turn_estimator.TurnEstimator.name_messages = name_messages  # type: ignore[method-assign]
 
 
 def sequence_counts_lever(messages: int = MESSAGES, repeats: int = 15) -> dict[str, Any]:

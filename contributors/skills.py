@@ -225,7 +225,7 @@ class SkillsChannel:
         if not value:
             return []  # no skill read yet (nearly every turn): nothing to look for in the visible history
         bodies = {cid for cid, (_, text) in tool_results(visible).items() if not is_preview(text)}
-        return [{**ref, "visible": ref["tool_call_id"] in bodies} for ref in value or ()]
+        return [{**ref, "visible": ref["tool_call_id"] in bodies} for ref in value]
 
 
 class ReadSkill:

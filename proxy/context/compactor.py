@@ -31,9 +31,9 @@ from typing import Any, Protocol
 
 from proxy.canonical import HistoryEntry, chain_hashes, content_text
 from proxy.context.checkpoint import Checkpoint, build_summary_request, validate_checkpoint
-from proxy.context.estimators import counts_of
 from proxy.context.pressure import Pressure, PressureConfig, measure_pressure
 from proxy.context.previews import READ_TOOL_OUTPUT, PreviewPolicy, is_preview, is_valid_ref, preview_message
+from proxy.context.turn_estimator import counts_of
 from proxy.context.types import TokenEstimator
 from proxy.context.units import RESULT_ROLES, Unit, anchor_stop, latest_step_start, split_units
 
@@ -301,7 +301,9 @@ class HistoryCompactor:
         if best is not None:
             work.set_checkpoint(best[1], best[0])
             trace.reused_checkpoint = best[1].covers_hash
-        for i in range(work.start, len(work.entries) if previewed else 0):
+        if not previewed:
+            return  # nothing was previewed on this branch: no entry to walk
+        for i in range(work.start, len(work.entries)):
             ref = work.entries[i].tool_output_ref
             if ref is not None and ref in previewed and i not in work.visible and self._try_preview(work, i):
                 trace.reapplied_refs.append(ref)

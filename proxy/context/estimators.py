@@ -1,5 +1,6 @@
 """Token estimators: a tokenizer-free conservative one, an exact tiktoken one, a scaled one (tiktoken
-corrected by what the provider reported, see ``calibration.py``), and a per-message cache.
+corrected by what the provider reported, see ``calibration.py``), and a per-message cache. The per-turn
+memo over them, which finds a message again by identity, is ``turn_estimator.py``.
 
 The assembler only sees the :class:`~proxy.context.types.TokenEstimator` protocol, so a provider can
 inject its exact tokenizer without changing anything else.
@@ -9,13 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import math
-import operator
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeAlias
+from typing import Any
 
-from proxy.canonical import HistoryEntry, canonical_message, content_text, message_digest, stable_json
+from proxy.canonical import canonical_message, content_text, message_digest, stable_json
 from proxy.context.cjk_costs import cost_table
 from proxy.context.types import PrefixTokenEstimator, TokenEstimator
 
@@ -307,203 +307,3 @@ def _chain_key(chain_hash: str) -> bytes | None:
 
 def _digest(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-
-
-class TurnEstimator:
-    """Memoizes counts for one turn: the compactor, the window, the validator, the trace's size of the
-    client's request and the calibration sample count the same messages (often as shallow copies), and
-    even a cache hit costs building its key. Make one per turn (``TokenCalibrator.accounting_with``),
-    never share it between turns.
-
-    A message is found first by its own ``id`` (the same dict object again), then, for a shallow copy, by
-    the ``id`` of its content (or, without content, of its tool calls), which the copy shares, checked
-    against the message found there: same keys in the same order, the very same values. The memo holds
-    what it keyed, so an ``id`` is never reused while it lives. Messages are not changed in place while
-    a turn counts them (every stage copies what it rewrites); a dict whose ``content`` was replaced since
-    it was counted is counted again.
-
-    ``name_messages`` tells it the chain hash of each history message: with an inner estimator that can
-    count by chain hash (``PrefixTokenEstimator``), the unchanged prefix of a resent history is then
-    looked up by that name rather than by a digest of its content.
-
-    ``factor`` scales every count (rounded up per message, like ``ScaledEstimator``): the memo keeps the
-    base counts, so the calibration sample of the same turn reads them unscaled (``unscaled``).
-    """
-
-    def __init__(self, inner: TokenEstimator, factor: float = 1.0) -> None:
-        self.inner = inner
-        self.factor = factor
-        self._prefix = inner if isinstance(inner, PrefixTokenEstimator) else None
-        # The shared cache's own lookup of a named message's count, used when naming (``None``: another counter).
-        self._known_at = inner.known_count_at if isinstance(inner, CachingEstimator) else None
-        self._by_object: dict[int, tuple[Mapping[str, Any], Any, int]] = {}  # id -> (message, content, count)
-        self._by_anchor: dict[int, tuple[Mapping[str, Any], int]] = {}  # id of content -> (message, count)
-        self._named: dict[int, tuple[Mapping[str, Any], str]] = {}  # id -> (message, chain hash)
-        self._named_by_anchor: dict[int, tuple[Mapping[str, Any], str]] = {}  # id of content -> (message, hash)
-        self._last_named: tuple[tuple[Mapping[str, Any], ...], list[str]] = ((), [])
-        # ids of a counted message sequence -> (the messages, their contents, base counts): see ``base_counts``
-        self._sequences: dict[tuple[int, ...], _CountedSequence] = {}
-
-    def name_history(self, entries: Sequence[HistoryEntry]) -> None:
-        """Count these messages (and their shallow copies) by their chain hashes from now on."""
-        self.name_messages([entry.message for entry in entries], [entry.chain_hash for entry in entries])
-
-    def name_messages(self, messages: Sequence[Mapping[str, Any]], chain_hashes: Sequence[str]) -> None:
-        """Count ``messages[i]`` (and its shallow copies) by ``chain_hashes[i]`` from now on."""
-        if self._prefix is None:
-            return
-        # The assembly names its history again after the calibration named the client's messages: without
-        # proxy steps these are the very same messages and hashes, already named (one C-speed comparison).
-        last_messages, last_hashes = self._last_named
-        hashes = list(chain_hashes)
-        same = len(last_messages) == len(messages) and all(map(operator.is_, last_messages, messages))
-        if same and last_hashes == hashes:
-            return
-        self._last_named = (tuple(messages), hashes)
-        named, by_anchor = self._named, self._named_by_anchor
-        # A message the shared cache already counted (the resent prefix: nearly all) is memoized here and
-        # now, in this one pass, as if counted: the turn's first count of it is then a memo hit.
-        known = self._known_at
-        by_object, counted_by_anchor = self._by_object, self._by_anchor
-        for message, chain_hash in zip(messages, chain_hashes, strict=True):
-            named[id(message)] = (message, chain_hash)
-            content = message.get("content")
-            anchor = content if content is not None else message.get("tool_calls")  # _anchor, inlined
-            if anchor is not None:
-                by_anchor[id(anchor)] = (message, chain_hash)
-            tokens = known(chain_hash) if known is not None else None
-            if tokens is not None:
-                by_object[id(message)] = (message, content, tokens)
-                if anchor is not None:
-                    counted_by_anchor.setdefault(id(anchor), (message, tokens))
-
-    def count_text(self, text: str) -> int:
-        """Passed through (scaled): texts are few per turn."""
-        return self._scaled(self.inner.count_text(text))
-
-    def count_message(self, message: Mapping[str, Any]) -> int:
-        """The inner count, once per distinct message content, scaled."""
-        return self._scaled(self.base_count_message(message))
-
-    def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
-        """Passed through (scaled)."""
-        return self._scaled(self.inner.count_tools(tools))
-
-    def counts(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
-        """``count_message`` of each of ``messages``, in one pass (see ``base_counts``)."""
-        base = self.base_counts(messages)
-        factor = self.factor
-        return base if factor == 1.0 else [math.ceil(count * factor) for count in base]
-
-    def base_counts(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
-        """``base_count_message`` of each of ``messages``, memoized for the sequence as a whole.
-
-        Several stages count one sequence of the same message objects (the validator the composed input,
-        then the calibration sample what was sent): the second time it is recognized in C-speed passes
-        (the ids, and each message's content still the one counted) instead of one lookup per message.
-        """
-        key = tuple(map(id, messages))
-        contents = tuple(map(_content_of, messages))
-        seen = self._sequences.get(key)
-        if seen is not None and all(map(operator.is_, seen[1], contents)):
-            return list(seen[2])
-        by_object, by_anchor, count = self._by_object, self._by_anchor, self.base_count_message
-        out: list[int] = []
-        for message, content in zip(messages, contents, strict=True):
-            # base_count_message's two cheap answers, inlined (a call per message is most of their cost):
-            # the very message counted before, or a shallow copy of one (the composer's, nearly all).
-            known = by_object.get(id(message))
-            if known is not None and known[0] is message and known[1] is content:
-                out.append(known[2])
-                continue
-            anchor = content if content is not None else message.get("tool_calls")
-            original = by_anchor.get(id(anchor)) if anchor is not None else None
-            if original is not None and _same_fields(original[0], message):
-                by_object[id(message)] = (message, content, original[1])
-                out.append(original[1])
-                continue
-            out.append(count(message))
-        if len(self._sequences) >= _SEQUENCES_PER_TURN:
-            self._sequences.pop(next(iter(self._sequences)))
-        self._sequences[key] = (tuple(messages), contents, tuple(out))  # holds the messages: their ids stay theirs
-        return out
-
-    def unscaled(self) -> TokenEstimator:
-        """This memo's base counts (what calibration compares with the provider's figure)."""
-        return _Unscaled(self)
-
-    def base_count_message(self, message: Mapping[str, Any]) -> int:
-        """The inner estimator's count of ``message``, memoized."""
-        seen = self._by_object.get(id(message))
-        content = message.get("content")
-        if seen is not None and seen[0] is message and seen[1] is content:
-            return seen[2]
-        tokens = self._count_new(message)
-        self._by_object[id(message)] = (message, content, tokens)
-        anchor = _anchor(message)
-        if anchor is not None:
-            self._by_anchor.setdefault(id(anchor), (message, tokens))
-        return tokens
-
-    def _count_new(self, message: Mapping[str, Any]) -> int:
-        """A message this memo has not seen as this object: a named one, a copy, or one to count."""
-        prefix = self._prefix
-        named = self._named.get(id(message))
-        if named is not None and named[0] is message and prefix is not None:
-            return prefix.count_message_at(named[1], message)
-        anchor = _anchor(message)
-        if anchor is not None:
-            known = self._by_anchor.get(id(anchor))
-            if known is not None and _same_fields(known[0], message):
-                return known[1]
-            original = self._named_by_anchor.get(id(anchor))
-            if original is not None and prefix is not None and _same_fields(original[0], message):
-                return prefix.count_message_at(original[1], message)
-        return self.inner.count_message(message)
-
-    def _scaled(self, count: int) -> int:
-        return count if self.factor == 1.0 else math.ceil(count * self.factor)
-
-
-_SEQUENCES_PER_TURN = 8  # a turn counts a handful of whole sequences (history, window, composed input)
-_CountedSequence: TypeAlias = tuple[tuple[Mapping[str, Any], ...], tuple[Any, ...], tuple[int, ...]]
-_content_of = operator.methodcaller("get", "content")
-
-
-def counts_of(estimator: TokenEstimator, messages: Sequence[Mapping[str, Any]]) -> list[int]:
-    """``estimator.count_message`` of each message: in one memoized pass for a turn's counter (``TurnEstimator``
-    or its ``unscaled`` view), one call per message for any other."""
-    if isinstance(estimator, TurnEstimator | _Unscaled):
-        return estimator.counts(messages)  # a list of its own: the memo keeps a tuple
-    return [estimator.count_message(message) for message in messages]
-
-
-def _anchor(message: Mapping[str, Any]) -> Any:
-    """The value a shallow copy of ``message`` is found by: its content, else its tool calls (``None``:
-    neither, found by object only)."""
-    content = message.get("content")
-    return content if content is not None else message.get("tool_calls")
-
-
-def _same_fields(known: Mapping[str, Any], message: Mapping[str, Any]) -> bool:
-    """Whether ``message`` has ``known``'s keys, in order, with the very same value objects (a shallow copy)."""
-    return tuple(known) == tuple(message) and all(map(operator.is_, known.values(), message.values()))
-
-
-class _Unscaled:
-    """A ``TurnEstimator``'s base counts, through the ``TokenEstimator`` protocol."""
-
-    def __init__(self, turn: TurnEstimator) -> None:
-        self._turn = turn
-
-    def count_text(self, text: str) -> int:
-        return self._turn.inner.count_text(text)
-
-    def count_message(self, message: Mapping[str, Any]) -> int:
-        return self._turn.base_count_message(message)
-
-    def counts(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
-        return self._turn.base_counts(messages)
-
-    def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
-        return self._turn.inner.count_tools(tools)

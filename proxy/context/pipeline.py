@@ -23,12 +23,12 @@ from proxy.context.checkpoint import Checkpoint
 from proxy.context.collector import Collection, ContributorRun, ProtectedContributorFailed, collect_detailed
 from proxy.context.compactor import CompactionTrace, HistoryCompactor, Summarizer
 from proxy.context.composer import DefaultContextMessageComposer
-from proxy.context.estimators import TurnEstimator
 from proxy.context.message_count import apply_message_count_cap
 from proxy.context.previews import READ_TOOL_OUTPUT
 from proxy.context.registry import ContextContributorRegistry
 from proxy.context.renderer import DeterministicSystemPromptRenderer, RenderedPrompt
 from proxy.context.state import PLAN, StateConfig, with_visibility
+from proxy.context.turn_estimator import TurnEstimator
 from proxy.context.types import ContributionRequest, Diagnostic, Scope, TokenEstimator
 from proxy.context.validator import ContextValidator
 from proxy.context.window import AtomicHistoryWindowPolicy, WindowResult

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.context.composer import ComposedContext
-from proxy.context.estimators import counts_of
 from proxy.context.hidden import HIDDEN_MESSAGE
+from proxy.context.turn_estimator import counts_of
 from proxy.context.types import TokenEstimator
 from proxy.context.units import RESULT_ROLES, call_ids
 from proxy.errors import AssemblyFailed

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.context.estimators import counts_of
+from proxy.context.turn_estimator import counts_of
 from proxy.context.types import Diagnostic, TokenEstimator
 from proxy.context.units import anchor_unit, latest_step_start, split_units
 from proxy.errors import AssemblyFailed

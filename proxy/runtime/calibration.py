@@ -24,10 +24,9 @@ from proxy.context.estimators import (
     CachingEstimator,
     ConservativeTokenEstimator,
     TiktokenEstimator,
-    TurnEstimator,
-    counts_of,
     tiktoken_encoding_for,
 )
+from proxy.context.turn_estimator import TurnEstimator, counts_of
 from proxy.context.types import TokenEstimator
 from proxy.offline import prepare_offline_environment
 from proxy.session.store import SessionStore, StoreError

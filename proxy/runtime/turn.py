@@ -19,8 +19,8 @@ from typing import Any, Protocol
 
 from proxy.client_params import client_arguments, with_route
 from proxy.config import Mode, ModelRoute, Settings
-from proxy.context.estimators import TurnEstimator, counts_of
 from proxy.context.nonce import session_nonce
+from proxy.context.turn_estimator import TurnEstimator, counts_of
 from proxy.context.types import TokenEstimator
 from proxy.errors import AssemblyFailed, ContextOverflow, ProxyError
 from proxy.identity import SessionIdentity

@@ -5,7 +5,7 @@ from __future__ import annotations
 from bench.levers import chat_body, gc_freeze_lever, orjson_lever
 from bench.levers_part import validate
 from bench.levers_turn import sequence_counts_lever
-from proxy.context import estimators, validator
+from proxy.context import turn_estimator, validator
 
 
 def test_the_orjson_lever_times_both_codecs_on_the_same_body():
@@ -30,4 +30,4 @@ def test_the_sequence_counts_lever_times_both_ways_of_counting_and_restores_them
     figures = sequence_counts_lever(messages=20, repeats=1)
     validate(figures)
     assert figures["before_ms"] > 0 and figures["after_ms"] > 0
-    assert validator.counts_of is estimators.counts_of  # the stages count by sequences again
+    assert validator.counts_of is turn_estimator.counts_of  # the stages count by sequences again

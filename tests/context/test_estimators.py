@@ -21,8 +21,8 @@ from proxy.context.estimators import (
     ConservativeTokenEstimator,
     ScaledEstimator,
     TiktokenEstimator,
-    TurnEstimator,
 )
+from proxy.context.turn_estimator import TurnEstimator, counts_of
 
 ENCODINGS = [tiktoken.get_encoding(name) for name in ("cl100k_base", "o200k_base")]
 ESTIMATOR = ConservativeTokenEstimator()
@@ -344,12 +344,12 @@ def test_counting_a_sequence_at_once_equals_counting_each_message(
         math.ceil(ESTIMATOR.count_message(m) * factor) if factor != 1.0 else ESTIMATOR.count_message(m) for m in history
     ]
     assert turn.counts(copies) == expected == [turn.count_message(m) for m in copies]
-    assert estimators.counts_of(turn.unscaled(), copies) == [ESTIMATOR.count_message(m) for m in history]
+    assert counts_of(turn.unscaled(), copies) == [ESTIMATOR.count_message(m) for m in history]
     for index in rewritten:  # a stage that rewrote a message in place after it was counted (none does)
         if index < len(copies):
             copies[index]["content"] = "rewritten in place, much longer than before " * 3
     assert turn.counts(copies) == [turn.count_message(m) for m in copies]
-    assert estimators.counts_of(ESTIMATOR, copies) == [ESTIMATOR.count_message(m) for m in copies]
+    assert counts_of(ESTIMATOR, copies) == [ESTIMATOR.count_message(m) for m in copies]
 
 
 def test_the_same_sequence_counted_again_is_recognized_whole() -> None:
