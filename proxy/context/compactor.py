@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from proxy.canonical import HistoryEntry, chain_hashes, content_text
 from proxy.context.checkpoint import Checkpoint, build_summary_request, validate_checkpoint
 from proxy.context.pressure import Pressure, PressureConfig, measure_pressure
-from proxy.context.previews import READ_TOOL_OUTPUT, PreviewPolicy, is_preview, is_valid_ref, preview_message
+from proxy.context.previews import READ_TOOL_OUTPUT, PreviewMemo, PreviewPolicy, is_preview, is_valid_ref
 from proxy.context.turn_estimator import counts_of
 from proxy.context.types import TokenEstimator
 from proxy.context.units import RESULT_ROLES, Unit, anchor_stop, latest_step_start, split_units
@@ -223,6 +223,8 @@ class HistoryCompactor:
 
     def __init__(self, config: CompactionConfig | None = None) -> None:
         self.config = config or CompactionConfig()
+        # Earlier turns' previews, rendered once: every turn re-applies them to the resent history.
+        self._previews = PreviewMemo(self.config.preview)
 
     async def compact(
         self,
@@ -312,7 +314,7 @@ class HistoryCompactor:
         ref = work.entries[i].tool_output_ref
         if not ref or not is_valid_ref(ref) or work.messages[i].get("role") not in RESULT_ROLES:
             return False
-        preview = preview_message(work.message(i), ref, self.config.preview, reader=work.reader)
+        preview = self._previews.preview_message(work.message(i), ref, reader=work.reader)
         # Characters shorter is not always tokens cheaper; a preview must never grow the history.
         if preview is None or work.estimator.count_message(preview) >= work.costs[i]:
             return False

@@ -279,18 +279,18 @@ class ContextPipeline:
         passes, visible = 1, history
         upcoming = list(compaction.messages)
         changed = upcoming != history or len(tools) != len(inp.tools)
+        windows: dict[int, WindowResult] = {}  # by the limit: a pass that leaves it as it was windows alike
         while True:
             if changed:
                 visible = upcoming
                 stage = await self._pass(registry, inp, leading, visible, tools, estimator, progress)
                 passes += 1
             progress.stage = "window"
-            window = AtomicHistoryWindowPolicy().apply(
-                window_history,
-                limit_tokens=inp.limit - stage.fixed_tokens(tools, estimator, inp.nonce),
-                estimator=estimator,
-                checkpoint=checkpoint_message,
+            window_limit = inp.limit - stage.fixed_tokens(tools, estimator, inp.nonce)
+            window = windows.get(window_limit) or AtomicHistoryWindowPolicy().apply(
+                window_history, limit_tokens=window_limit, estimator=estimator, checkpoint=checkpoint_message
             )
+            windows[window_limit] = window
             upcoming = list(window.messages)
             dropped = len(window.kept_indices) < len(window_history)
             # Without run state, what the window drops changes no contribution: no pass needed.

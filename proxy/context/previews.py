@@ -15,6 +15,8 @@ and a body is never replaced by a preview that is not shorter than it.
 from __future__ import annotations
 
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -133,3 +135,51 @@ def preview_message(
     out = dict(message)
     out["content"] = text
     return out
+
+
+class PreviewMemo:
+    """The preview texts made before, by reference and reader: a resent history's bodies are previewed
+    again on every turn (the compactor re-applies what earlier turns decided), and rendering a preview
+    splits the whole body into lines.
+
+    A reference names one stored body: it is derived from the chain hash of the prefix ending in that
+    tool message (``proxy/session/store.py``), and that hash covers the message's content. With the
+    policy fixed per memo, the preview (or ``None``: not shorter) is then a pure function of the
+    reference and the reader's name. Only the text is kept; each caller gets a dict of its own. At most
+    ``max_entries`` are kept, the least recently used go first; thread-safe (a large history is
+    compacted on a worker thread).
+    """
+
+    DEFAULT_MAX_ENTRIES = 20_000  # previews are at most ~1.3 KB of text: a few tens of MB at most
+
+    def __init__(self, policy: PreviewPolicy, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+        self.policy = policy
+        self.max_entries = max_entries
+        self._texts: OrderedDict[tuple[str, str], str | None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+    def preview_message(
+        self, message: Mapping[str, Any], ref: str, *, reader: str = READ_TOOL_OUTPUT
+    ) -> dict[str, Any] | None:
+        """:func:`preview_message` of ``message`` (the tool message stored under ``ref``), remembered."""
+        key = (ref, reader)
+        with self._lock:
+            known = key in self._texts
+            if known:
+                self._texts.move_to_end(key)
+                text = self._texts[key]
+        if not known:
+            body = content_text(message.get("content"))
+            text = None if is_preview(body) else render_preview(body, ref, self.policy, reader=reader)
+            with self._lock:
+                self._texts[key] = text
+                while len(self._texts) > self.max_entries:
+                    self._texts.popitem(last=False)
+        if text is None:
+            return None
+        out = dict(message)
+        out["content"] = text
+        return out

@@ -16,12 +16,14 @@ PINNED_ROLES = frozenset({"system", "developer"})
 RESULT_ROLES = frozenset({"tool", "function"})
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Unit:
     """Messages ``[start, stop)`` of a history that stand or fall together.
 
     ``missing`` lists the call IDs of a tool step that have no result in the unit: such a step is
-    unfinished and is never dropped.
+    unfinished and is never dropped. Treat it as immutable; it is not frozen because a turn splits a
+    history of thousands of messages several times, and a frozen dataclass takes five times as long to
+    make.
     """
 
     start: int
@@ -47,37 +49,43 @@ def call_ids(message: Mapping[str, Any]) -> list[str]:
     return ids
 
 
-def _result_id(message: Mapping[str, Any]) -> str:
-    return "function_call" if message.get("role") == "function" else str(message.get("tool_call_id", ""))
-
-
 def split_units(history: Sequence[Mapping[str, Any]]) -> list[Unit]:
     """Split ``history`` into units, in order; together they cover every message exactly once."""
     units: list[Unit] = []
+    add = units.append
     i, n = 0, len(history)
+    # One pass, a lookup or two per message: a turn splits its whole history several times.
     while i < n:
         message = history[i]
         role = message.get("role")
-        ids = call_ids(message) if role == "assistant" else []
+        ids = call_ids(message) if role == "assistant" else None
         if ids:
-            pending = list(ids)
+            pending = ids
             j = i + 1
             # Results belong to the step only while they answer its calls, right after it.
-            while j < n and history[j].get("role") in RESULT_ROLES and _result_id(history[j]) in pending:
-                pending.remove(_result_id(history[j]))
+            while j < n:
+                result = history[j]
+                result_role = result.get("role")
+                if result_role == "tool":
+                    result_id = str(result.get("tool_call_id", ""))
+                elif result_role == "function":
+                    result_id = "function_call"
+                else:
+                    break
+                if result_id not in pending:
+                    break
+                pending.remove(result_id)
                 j += 1
-            units.append(Unit(i, j, "tool_step", tuple(pending)))
+            add(Unit(i, j, "tool_step", tuple(pending)))
             i = j
             continue
-        if role in RESULT_ROLES:
-            kind: UnitKind = "orphan_result"
-        elif role in PINNED_ROLES:
-            kind = "pinned"
-        else:
-            kind = "message"
-        units.append(Unit(i, i + 1, kind))
+        add(Unit(i, i + 1, _KINDS.get(role, "message")))
         i += 1
     return units
+
+
+_KINDS: dict[Any, UnitKind] = {"tool": "orphan_result", "function": "orphan_result"}
+_KINDS.update(dict.fromkeys(PINNED_ROLES, "pinned"))
 
 
 def anchor_unit(history: Sequence[Mapping[str, Any]], units: Sequence[Unit]) -> int | None:

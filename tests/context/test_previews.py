@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from proxy.context.previews import (
     REF_MENTION,
+    PreviewMemo,
     PreviewPolicy,
     is_preview,
     preview_message,
@@ -93,3 +94,29 @@ def test_previews_are_deterministic_and_shorter(body: str, ref: str) -> None:
         assert len(first) < len(body)
         assert is_preview(first)
         assert ref in refs_in(first)
+
+
+def test_preview_memo_gives_what_preview_message_gives_as_a_dict_of_its_own() -> None:
+    memo = PreviewMemo(PreviewPolicy())
+    body = "\n".join(f"line {i}" for i in range(100))
+    message = {"role": "tool", "tool_call_id": "c1", "content": body}
+    first = memo.preview_message(message, "r1", reader="reader")
+    again = memo.preview_message(message, "r1", reader="reader")
+    assert first == again == preview_message(message, "r1", PreviewPolicy(), reader="reader")
+    assert first is not again  # a caller may change its copy without touching the next caller's
+    assert memo.preview_message({"role": "tool", "tool_call_id": "c2", "content": "short"}, "r2") is None
+    # Another reader's name is another preview.
+    assert memo.preview_message(message, "r1", reader="other") == preview_message(message, "r1", reader="other")
+
+
+def test_preview_memo_keeps_at_most_its_bound_dropping_the_least_recently_used() -> None:
+    memo = PreviewMemo(PreviewPolicy(), max_entries=2)
+    long = {"role": "tool", "tool_call_id": "c", "content": "\n".join(str(i) for i in range(100))}
+    memo.preview_message(long, "a")
+    memo.preview_message(long, "b")
+    memo.preview_message(long, "a")  # a is now the most recently used
+    memo.preview_message(long, "c")
+    assert len(memo) == 2
+    # b went; a still answers from the memo: a body it is handed now is not read again.
+    assert memo.preview_message({"role": "tool", "content": "x"}, "a") is not None
+    assert memo.preview_message({"role": "tool", "content": "x"}, "b") is None
