@@ -25,7 +25,6 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
-from proxy.canonical import exact_digest
 from proxy.errors import InvalidRequest
 from proxy.known_messages import KnownMessages
 
@@ -252,13 +251,15 @@ def check_chat_request(body: Any, known: KnownMessages) -> tuple[ChatCompletionR
     messages = body.get("messages") if isinstance(body, dict) else None
     if not isinstance(messages, list) or not messages:
         return parse_chat_request(body), None
-    digests = [exact_digest(message) for message in messages]
-    # The last message is new on nearly every turn; keeping it also keeps the list valid (non-empty).
-    fresh = known.unknown(digests) or [len(messages) - 1]
+    digested = known.digest(messages)
+    digests, resent = digested.digests, digested.resent
+    # A resent prefix passed as a whole before; of the rest, what no request had. The last message is new
+    # on nearly every turn; keeping it also keeps the list valid (non-empty).
+    fresh = [resent + index for index in known.unknown(digests[resent:])] or [len(messages) - 1]
     subset = {**body, "messages": [messages[index] for index in fresh]}
     request = validated(ChatCompletionRequest, subset, lambda errors: _chat_error(errors, fresh))
     check_tool_pairing(messages)
-    known.remember(digests)
+    known.remember_request(digested)
     return request, digests
 
 

@@ -87,3 +87,78 @@ def test_the_chain_memo_takes_the_edges_digests_and_names_prefixes_the_same() ->
     assert ChainMemo().hashes("ctx", history, digests) == chain_hashes(history)
     with pytest.raises(ValueError):
         ChainMemo().hashes("ctx", history, digests[:-1])
+
+
+def _continued(history: list[dict[str, Any]], *extra: dict[str, Any]) -> list[dict[str, Any]]:
+    # A client's next turn: its history decoded afresh (new objects), the answer and a user message added.
+    return [dict(m) for m in history] + [*extra]
+
+
+def test_a_request_that_repeats_a_validated_one_takes_its_digests_and_digests_only_the_rest() -> None:
+    known = KnownMessages()
+    history = _history(30)
+    check_chat_request({"model": "m", "messages": history}, known)
+    longer = _continued(history, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "go on"})
+    digested = known.digest(longer)
+    assert digested.resent == 30
+    assert digested.digests == [exact_digest(m) for m in longer]
+    _, digests = check_chat_request({"model": "m", "messages": longer}, known)
+    assert digests == digested.digests
+    # The same request again (a retry) repeats all of it.
+    assert known.digest(_continued(longer)).resent == 32
+
+
+@pytest.mark.parametrize(
+    ("position", "changed"),
+    [
+        (3, {"role": "assistant", "content": "step 3", "n": 1.0}),  # was 1: equal in Python, not the same JSON
+        (3, {"content": "step 3", "role": "assistant"}),  # the same fields in another order
+        (0, {"role": "user", "content": "step 0 "}),
+    ],
+)
+def test_a_prefix_that_differs_in_any_byte_is_digested_again(position: int, changed: dict[str, Any]) -> None:
+    known = KnownMessages()
+    history = _history(10)
+    history[3] = {"role": "assistant", "content": "step 3", "n": 1} if "n" in changed else history[3]
+    check_chat_request({"model": "m", "messages": history}, known)
+    resent = _continued(history, {"role": "user", "content": "more"})
+    resent[position] = changed
+    digested = known.digest(resent)
+    assert digested.resent == 0
+    assert digested.digests == [exact_digest(m) for m in resent]
+
+
+def test_a_refused_request_is_not_remembered_so_its_prefix_is_not_taken_as_validated() -> None:
+    known = KnownMessages()
+    history = _history(10)
+    bad = [*history, {"role": "wizard", "content": "hi"}]
+    _refusal({"model": "m", "messages": bad}, known)
+    again = _continued(bad, {"role": "user", "content": "now?"})
+    assert known.digest(again).resent == 0
+    assert _refusal({"model": "m", "messages": again}, known) == _refusal({"model": "m", "messages": again}, None)
+
+
+def test_recent_requests_are_kept_within_their_byte_bound_and_a_repeated_one_is_replaced() -> None:
+    known = KnownMessages(max_request_bytes=2_500)
+    sessions = [[{"role": "user", "content": f"session {s} " + "x" * 600}] for s in range(5)]
+    for history in sessions:
+        check_chat_request({"model": "m", "messages": history}, known)
+    # Each request is about 700 bytes: the oldest went, the newest are kept.
+    assert known.digest(_continued(sessions[0], {"role": "user", "content": "?"})).resent == 0
+    assert known.digest(_continued(sessions[4], {"role": "user", "content": "?"})).resent == 1
+    # A session's next turn replaces its previous request: the bound holds one entry per session.
+    step = _continued(sessions[4], {"role": "assistant", "content": "a"}, {"role": "user", "content": "b"})
+    check_chat_request({"model": "m", "messages": step}, known)
+    assert known.digest(_continued(sessions[4], {"role": "user", "content": "?"})).resent == 0
+    assert known.digest(_continued(step, {"role": "user", "content": "?"})).resent == 3
+    # A request larger than the whole bound is not kept at all.
+    huge = [{"role": "user", "content": "y" * 3_000}]
+    check_chat_request({"model": "m", "messages": huge}, known)
+    assert known.digest(_continued(huge, {"role": "user", "content": "?"})).resent == 0
+
+
+def test_a_request_orjson_cannot_encode_is_digested_one_by_one() -> None:
+    known = KnownMessages()
+    history = [{"role": "user", "content": "big", "n": 2**70}]  # the reference decode keeps it exact
+    digested = known.digest(history)
+    assert digested.encoded is None and digested.digests == [exact_digest(history[0])]
