@@ -145,7 +145,9 @@ async def _run_one(
     raw: Any = None
     output = ContributorOutput()
     try:
-        raw = await asyncio.wait_for(contributor.contribute(request), timeout)
+        # In this task (gather made one per contributor), not one more as wait_for would make.
+        async with asyncio.timeout(timeout):
+            raw = await contributor.contribute(request)
         output = validate_output(cid, protected, raw)
     except TimeoutError:
         status, error = "timeout", f"no output within {timeout:g}s"

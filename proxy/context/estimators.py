@@ -262,11 +262,17 @@ class CachingEstimator:
 
     def known_count_at(self, chain_hash: str) -> int | None:
         """The cached count of the history message named ``chain_hash``, or ``None`` (nothing is counted)."""
-        key = _chain_key(chain_hash)
-        cached = self._cache.get(key) if key is not None else None
-        if cached is not None:
-            self.hits += 1
-        return cached
+        return self.known_counts_at([chain_hash])[0]
+
+    def known_counts_at(self, chain_hashes: Sequence[str]) -> list[int | None]:
+        """``known_count_at`` of each of ``chain_hashes``, in one pass."""
+        get = self._cache.get
+        try:  # a key per hash as _chain_key makes it, without a call per hash: these are whole histories
+            counts = [get(_CHAIN + bytes.fromhex(h[:32])) if len(h) == 64 else None for h in chain_hashes]
+        except ValueError:  # not hex: such a name is never cached
+            counts = [get(key) if (key := _chain_key(h)) is not None else None for h in chain_hashes]
+        self.hits += len(counts) - counts.count(None)
+        return counts
 
     def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
         """Cached by a digest of the tools' stable JSON."""

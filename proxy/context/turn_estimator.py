@@ -40,8 +40,8 @@ class TurnEstimator:
         self.inner = inner
         self.factor = factor
         self._prefix = inner if isinstance(inner, PrefixTokenEstimator) else None
-        # The shared cache's own lookup of a named message's count, used when naming (``None``: another counter).
-        self._known_at = inner.known_count_at if isinstance(inner, CachingEstimator) else None
+        # The shared cache's own lookup of named messages' counts, used when naming (``None``: another counter).
+        self._known_at = inner.known_counts_at if isinstance(inner, CachingEstimator) else None
         self._by_object: dict[int, tuple[Mapping[str, Any], Any, int]] = {}  # id -> (message, content, count)
         self._by_anchor: dict[int, tuple[Mapping[str, Any], int]] = {}  # id of content -> (message, count)
         self._named: dict[int, tuple[Mapping[str, Any], str]] = {}  # id -> (message, chain hash)
@@ -66,22 +66,25 @@ class TurnEstimator:
         if same and last_hashes == hashes:
             return
         self._last_named = (tuple(messages), hashes)
-        named, by_anchor = self._named, self._named_by_anchor
+        if len(hashes) != len(messages):
+            raise ValueError("one chain hash per message")
+        # In C-speed passes (map, zip, dict.update) rather than a loop body per message: a resent history
+        # is thousands of messages, nearly all of them already counted by the shared cache.
+        ids = list(map(id, messages))
+        contents = list(map(_content_of, messages))
+        anchors = [c if c is not None else m.get("tool_calls") for m, c in zip(messages, contents, strict=True)]
+        self._named.update(zip(ids, zip(messages, hashes, strict=True), strict=True))
+        named = zip(anchors, messages, hashes, strict=True)
+        self._named_by_anchor.update((id(a), (m, h)) for a, m, h in named if a is not None)
         # A message the shared cache already counted (the resent prefix: nearly all) is memoized here and
-        # now, in this one pass, as if counted: the turn's first count of it is then a memo hit.
-        known = self._known_at
-        by_object, counted_by_anchor = self._by_object, self._by_anchor
-        for message, chain_hash in zip(messages, chain_hashes, strict=True):
-            named[id(message)] = (message, chain_hash)
-            content = message.get("content")
-            anchor = content if content is not None else message.get("tool_calls")  # _anchor, inlined
-            if anchor is not None:
-                by_anchor[id(anchor)] = (message, chain_hash)
-            tokens = known(chain_hash) if known is not None else None
-            if tokens is not None:
-                by_object[id(message)] = (message, content, tokens)
-                if anchor is not None:
-                    counted_by_anchor.setdefault(id(anchor), (message, tokens))
+        # now, as if counted: the turn's first count of it is then a memo hit.
+        known = self._known_at(hashes) if self._known_at is not None else [None] * len(hashes)
+        counted = zip(ids, messages, contents, known, strict=True)
+        self._by_object.update((i, (m, c, tokens)) for i, m, c, tokens in counted if tokens is not None)
+        counted_by_anchor = self._by_anchor
+        for anchor, message, tokens in zip(anchors, messages, known, strict=True):
+            if anchor is not None and tokens is not None:
+                counted_by_anchor.setdefault(id(anchor), (message, tokens))
 
     def count_text(self, text: str) -> int:
         """Passed through (scaled): texts are few per turn."""

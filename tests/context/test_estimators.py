@@ -253,6 +253,11 @@ def test_a_resent_history_is_counted_by_chain_hash_and_only_new_messages_cost(mo
     assert len(inner.history) == 52
     # Anything but a chain hash is counted by content only.
     assert cache.count_message_at("not a chain hash", turn[0]) == first[0] and len(inner.history) == 52
+    # Looked up in one pass by name, without counting: what is known, and None for the rest and non-names.
+    hits = cache.hits
+    new_name, not_hex = "0" * 63 + "1", "z" * 64
+    assert cache.known_counts_at([*hashes, new_name, not_hex, "short"]) == [*second, None, None, None]
+    assert cache.hits == hits + 51 and len(inner.history) == 52
 
 
 def test_calibration_scales_the_cached_base_count_never_a_scaled_one() -> None:
