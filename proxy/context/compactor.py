@@ -33,7 +33,7 @@ from proxy.canonical import HistoryEntry, chain_hashes, content_text
 from proxy.context.checkpoint import Checkpoint, build_summary_request, validate_checkpoint
 from proxy.context.pressure import Pressure, PressureConfig, measure_pressure
 from proxy.context.previews import READ_TOOL_OUTPUT, PreviewMemo, PreviewPolicy, is_preview, is_valid_ref
-from proxy.context.turn_estimator import counts_of
+from proxy.context.turn_estimator import count_named, counts_of
 from proxy.context.types import TokenEstimator
 from proxy.context.units import RESULT_ROLES, Unit, anchor_stop, latest_step_start, split_units
 
@@ -120,6 +120,10 @@ class CompactionResult:
     previewed_refs: tuple[str, ...]
     trace: CompactionTrace
     checkpoint_index: int | None = None  # position of the checkpoint message in ``messages``
+    # The units and token counts of the history of ``history_and_checkpoint`` when the compaction had them
+    # (the window need not split and count it again); ``None``: not made.
+    history_units: tuple[Unit, ...] | None = None
+    history_costs: tuple[int, ...] | None = None
 
     @property
     def history_and_checkpoint(self) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
@@ -183,6 +187,27 @@ class _Working:
             out.append(self.checkpoint.message(self.nonce))
         out.extend(_as_dict(self.message(i)) for i in range(self.start, len(self.messages)))
         return out
+
+    def visible_units(self) -> tuple[Unit, ...] | None:
+        """The units of the history ``render`` gives without the checkpoint message, from those of the
+        entries when they were made (``None`` otherwise). Head and visible part are each whole units (the
+        anchor is a unit of its own, a checkpoint covers whole units or splits a user message), and a
+        preview or split tail keeps its message's role and ids, so these are what splitting it would give."""
+        units: list[Unit] | None = self.__dict__.get("units")  # the cached property, if it was needed
+        if units is None:
+            return None
+        if self.checkpoint is None:
+            return tuple(units)
+        head, start = self.head_end, self.start
+        if any(u.start < head < u.stop or u.start < start < u.stop for u in units):
+            return None  # not whole units after all: let the window split it
+        shift = start - head
+        kept = [u for u in units if u.stop <= head]
+        return (*kept, *(Unit(u.start - shift, u.stop - shift, u.kind, u.missing) for u in units if u.start >= start))
+
+    def visible_costs(self) -> tuple[int, ...]:
+        """The token counts of the history ``render`` gives without the checkpoint message."""
+        return (*self.costs[: self.head_end], *self.costs[self.start :])
 
     def previewed_refs(self) -> list[str]:
         return [
@@ -288,6 +313,8 @@ class HistoryCompactor:
             tuple(work.previewed_refs()),
             trace,
             work.head_end if work.checkpoint is not None else None,
+            work.visible_units(),
+            work.visible_costs(),
         )
 
     def _reapply(
@@ -314,9 +341,13 @@ class HistoryCompactor:
         ref = work.entries[i].tool_output_ref
         if not ref or not is_valid_ref(ref) or work.messages[i].get("role") not in RESULT_ROLES:
             return False
-        preview = self._previews.preview_message(work.message(i), ref, reader=work.reader)
-        # Characters shorter is not always tokens cheaper; a preview must never grow the history.
-        if preview is None or work.estimator.count_message(preview) >= work.costs[i]:
+        named = self._previews.named_preview(work.message(i), ref, reader=work.reader)
+        if named is None:
+            return False
+        preview, name = named
+        # Characters shorter is not always tokens cheaper; a preview must never grow the history. Counted by
+        # name: re-applied on every later turn, it is then looked up instead of digested again.
+        if count_named(work.estimator, preview, name) >= work.costs[i]:
             return False
         work.replace(i, preview)
         return True

@@ -288,7 +288,12 @@ class ContextPipeline:
             progress.stage = "window"
             window_limit = inp.limit - stage.fixed_tokens(tools, estimator, inp.nonce)
             window = windows.get(window_limit) or AtomicHistoryWindowPolicy().apply(
-                window_history, limit_tokens=window_limit, estimator=estimator, checkpoint=checkpoint_message
+                window_history,
+                limit_tokens=window_limit,
+                estimator=estimator,
+                checkpoint=checkpoint_message,
+                units=compaction.history_units,
+                costs=compaction.history_costs,
             )
             windows[window_limit] = window
             upcoming = list(window.messages)

@@ -14,6 +14,7 @@ and a body is never replaced by a preview that is not shorter than it.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import threading
 from collections import OrderedDict
@@ -145,7 +146,7 @@ class PreviewMemo:
     A reference names one stored body: it is derived from the chain hash of the prefix ending in that
     tool message (``proxy/session/store.py``), and that hash covers the message's content. With the
     policy fixed per memo, the preview (or ``None``: not shorter) is then a pure function of the
-    reference and the reader's name. Only the text is kept; each caller gets a dict of its own. At most
+    reference and the reader's name. Only the text (and its name) is kept; each caller gets a dict of its own. At most
     ``max_entries`` are kept, the least recently used go first; thread-safe (a large history is
     compacted on a worker thread).
     """
@@ -155,7 +156,7 @@ class PreviewMemo:
     def __init__(self, policy: PreviewPolicy, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
         self.policy = policy
         self.max_entries = max_entries
-        self._texts: OrderedDict[tuple[str, str], str | None] = OrderedDict()
+        self._texts: OrderedDict[tuple[str, str], tuple[str, str] | None] = OrderedDict()  # -> (text, name)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -165,21 +166,38 @@ class PreviewMemo:
         self, message: Mapping[str, Any], ref: str, *, reader: str = READ_TOOL_OUTPUT
     ) -> dict[str, Any] | None:
         """:func:`preview_message` of ``message`` (the tool message stored under ``ref``), remembered."""
+        named = self.named_preview(message, ref, reader=reader)
+        return None if named is None else named[0]
+
+    def named_preview(
+        self, message: Mapping[str, Any], ref: str, *, reader: str = READ_TOOL_OUTPUT
+    ) -> tuple[dict[str, Any], str] | None:
+        """``preview_message``, with a name for the preview as a chain hash names a history message: equal
+        names mean equal canonical messages (the same body, reference, reader and policy), so a token
+        counter can count it by name (``PrefixTokenEstimator.count_message_at``) on every later turn."""
         key = (ref, reader)
         with self._lock:
-            known = key in self._texts
-            if known:
+            known = self._texts.get(key, _UNKNOWN)
+            if known is not _UNKNOWN:
                 self._texts.move_to_end(key)
-                text = self._texts[key]
-        if not known:
+        if known is _UNKNOWN:
             body = content_text(message.get("content"))
             text = None if is_preview(body) else render_preview(body, ref, self.policy, reader=reader)
+            known = None if text is None else (text, self._name(ref, reader))
             with self._lock:
-                self._texts[key] = text
+                self._texts[key] = known
                 while len(self._texts) > self.max_entries:
                     self._texts.popitem(last=False)
-        if text is None:
+        if known is None:
             return None
+        text, name = known
         out = dict(message)
         out["content"] = text
-        return out
+        return out, name
+
+    def _name(self, ref: str, reader: str) -> str:
+        # A space of its own: a chain hash is the SHA-256 of "<previous>\n<message hash>".
+        return hashlib.sha256(f"preview\n{ref}\n{reader}\n{self.policy!r}".encode()).hexdigest()
+
+
+_UNKNOWN: Any = object()

@@ -94,6 +94,14 @@ class TurnEstimator:
         """The inner count, once per distinct message content, scaled."""
         return self._scaled(self.base_count_message(message))
 
+    def count_message_named(self, message: Mapping[str, Any], name: str) -> int:
+        """``count_message`` of a message that ``name`` names as a chain hash names a history message
+        (equal names, equal canonical messages): counted by that name by an inner estimator that can."""
+        seen = self._by_object.get(id(message))
+        if seen is None or seen[0] is not message or seen[1] is not message.get("content"):
+            self._named[id(message)] = (message, name)
+        return self.count_message(message)
+
     def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
         """Passed through (scaled)."""
         return self._scaled(self.inner.count_tools(tools))
@@ -185,6 +193,16 @@ def counts_of(estimator: TokenEstimator, messages: Sequence[Mapping[str, Any]]) 
     if isinstance(estimator, TurnEstimator | _Unscaled):
         return estimator.counts(messages)  # a list of its own: the memo keeps a tuple
     return [estimator.count_message(message) for message in messages]
+
+
+def count_named(estimator: TokenEstimator, message: Mapping[str, Any], name: str) -> int:
+    """``estimator.count_message(message)``, by ``name`` (see ``TurnEstimator.count_message_named``) where the
+    estimator counts by name."""
+    if isinstance(estimator, TurnEstimator):
+        return estimator.count_message_named(message, name)
+    if isinstance(estimator, PrefixTokenEstimator):
+        return estimator.count_message_at(name, message)
+    return estimator.count_message(message)
 
 
 def _anchor(message: Mapping[str, Any]) -> Any:

@@ -18,7 +18,7 @@ from typing import Any
 
 from proxy.context.turn_estimator import counts_of
 from proxy.context.types import Diagnostic, TokenEstimator
-from proxy.context.units import anchor_unit, latest_step_start, split_units
+from proxy.context.units import Unit, anchor_unit, latest_step_start, split_units
 from proxy.errors import AssemblyFailed
 
 
@@ -62,13 +62,20 @@ class AtomicHistoryWindowPolicy:
         limit_tokens: int,
         estimator: TokenEstimator,
         checkpoint: Mapping[str, Any] | None = None,
+        units: Sequence[Unit] | None = None,
+        costs: Sequence[int] | None = None,
     ) -> WindowResult:
         """Window ``history`` into ``limit_tokens`` (the budget left for history after the system prompt,
-        tools and contributor messages). Raises AssemblyFailed when the kept minimum does not fit."""
+        tools and contributor messages). Raises AssemblyFailed when the kept minimum does not fit.
+
+        ``units`` and ``costs`` are ``split_units(history)`` and ``estimator``'s count of each message, when
+        the caller has them (the compactor made both for the history it rendered)."""
         if limit_tokens <= 0:
             raise AssemblyFailed(f"no token budget left for the history (limit {limit_tokens})")
-        units = split_units(history)
-        costs = counts_of(estimator, history)
+        units = list(units) if units is not None else split_units(history)
+        costs = list(costs) if costs is not None else counts_of(estimator, history)
+        if len(costs) != len(history) or (units and units[-1].stop != len(history)):
+            raise ValueError("units and costs must be those of the history")
         unit_cost = [sum(costs[u.start : u.stop]) for u in units]
         anchor = anchor_unit(history, units)
         latest = latest_step_start(history, units) if units else None

@@ -22,6 +22,7 @@ from proxy.context.compactor import (
 from proxy.context.estimators import CachingEstimator, ConservativeTokenEstimator
 from proxy.context.previews import is_preview
 from proxy.context.tool_output_reader import read_tool_output
+from proxy.context.units import split_units
 
 NONCE = "0123456789abcdef"  # a framing nonce (a session's is 16 hex digits)
 
@@ -494,6 +495,12 @@ async def test_compaction_invariants(case: tuple[list[HistoryEntry], list[Reply]
     assert [(m["role"], m.get("tool_call_id"), m.get("tool_calls")) for m in kept] == [
         (m["role"], m.get("tool_call_id"), m.get("tool_calls")) for m in latest
     ]
+    # What the window is handed with the history is what splitting and counting it would give.
+    history, _ = result.history_and_checkpoint
+    assert result.history_costs == tuple(ESTIMATOR.count_message(m) for m in history)
+    if result.history_units is not None:
+        assert list(result.history_units) == split_units(history)
+    assert result.history_units is not None or not result.trace.reason  # made whenever trimming ran
     again = await compact(
         entries, limit=limit, summarizer=FakeSummarizer(*script, default=good_checkpoint), forced=forced
     )

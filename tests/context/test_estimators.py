@@ -22,7 +22,7 @@ from proxy.context.estimators import (
     ScaledEstimator,
     TiktokenEstimator,
 )
-from proxy.context.turn_estimator import TurnEstimator, counts_of
+from proxy.context.turn_estimator import TurnEstimator, count_named, counts_of
 
 ENCODINGS = [tiktoken.get_encoding(name) for name in ("cl100k_base", "o200k_base")]
 ESTIMATOR = ConservativeTokenEstimator()
@@ -467,3 +467,22 @@ def test_control_and_odd_whitespace_characters_are_counted(text: str) -> None:
 def test_never_under_even_on_arbitrary_text(text: str) -> None:
     # Beyond the promise (research text, JSON, code): random Unicode and printable-ASCII soup.
     assert ESTIMATOR.count_text(text) >= exact(text)
+
+
+def test_a_named_message_is_counted_once_by_name_across_turns(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A preview the compactor re-applies every turn is a new dict each time, named by PreviewMemo.
+    inner = CountingEstimator()
+    cache = CachingEstimator(inner)
+    preview = {"role": "tool", "tool_call_id": "c1", "content": "[tool output compacted: ...] head ... tail"}
+    name = "ab" * 32
+    first = TurnEstimator(cache).count_message_named(dict(preview), name)
+    assert first == ESTIMATOR.count_message(preview) and len(inner.history) == 1
+    digests = record_digests(monkeypatch)
+    turn = TurnEstimator(cache, 1.5)
+    again = dict(preview)
+    assert turn.count_message_named(again, name) == math.ceil(first * 1.5)
+    assert turn.count_message(again) == math.ceil(first * 1.5)  # the same object: the turn's memo
+    assert digests == [] and len(inner.history) == 1  # found by name, not digested
+    # Through counts_of's helper, any estimator: by name where it can, by content otherwise.
+    assert count_named(cache, dict(preview), name) == first
+    assert count_named(ESTIMATOR, dict(preview), name) == first

@@ -120,3 +120,18 @@ def test_preview_memo_keeps_at_most_its_bound_dropping_the_least_recently_used()
     # b went; a still answers from the memo: a body it is handed now is not read again.
     assert memo.preview_message({"role": "tool", "content": "x"}, "a") is not None
     assert memo.preview_message({"role": "tool", "content": "x"}, "b") is None
+
+
+def test_a_named_preview_is_named_by_its_reference_reader_and_policy() -> None:
+    long = {"role": "tool", "tool_call_id": "c", "content": "\n".join(str(i) for i in range(100))}
+    memo = PreviewMemo(PreviewPolicy())
+    named = memo.named_preview(long, "a")
+    assert named is not None and named[0] == preview_message(long, "a")
+    assert memo.named_preview(dict(long), "a") == named  # the same name on every turn
+    names = {
+        named[1],
+        memo.named_preview(long, "b")[1],  # type: ignore[index]
+        memo.named_preview(long, "a", reader="other")[1],  # type: ignore[index]
+        PreviewMemo(PreviewPolicy(head_lines=2)).named_preview(long, "a")[1],  # type: ignore[index]
+    }
+    assert len(names) == 4 and all(len(name) == 64 for name in names)
