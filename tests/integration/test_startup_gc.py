@@ -20,13 +20,14 @@ from proxy.config import ModelRoute, Settings
 async def main():
     route = ModelRoute(model_name="m", litellm_params={"model": "openai/gpt-4o-mini", "api_key": "sk-test"})
     app = create_app(Settings(data_dir=Path(sys.argv[1]), models=(route,)))
-    before = gc.get_freeze_count()
+    before, default = gc.get_freeze_count(), gc.get_threshold()
     async with app.router.lifespan_context(app):
-        frozen = gc.get_freeze_count()
+        frozen, serving = gc.get_freeze_count(), gc.get_threshold()
         started = time.perf_counter()
         gc.collect()
         collect_ms = (time.perf_counter() - started) * 1000
-    print(json.dumps({"before": before, "frozen": frozen, "after": gc.get_freeze_count(), "collect_ms": collect_ms}))
+    print(json.dumps({"before": before, "frozen": frozen, "after": gc.get_freeze_count(), "collect_ms": collect_ms,
+                      "default": default, "serving": serving, "restored": gc.get_threshold()}))
 
 asyncio.run(main())
 """
@@ -41,3 +42,6 @@ def test_after_start_up_litellm_s_objects_are_frozen_and_unfrozen_when_the_app_s
     assert counts["before"] == 0
     assert counts["frozen"] > 100_000, counts  # litellm alone leaves ~378,000 tracked objects
     assert counts["after"] == 0, counts
+    # While it serves, young collections come after 10,000 new objects instead of 700; then as before.
+    assert counts["default"][0] == 700 and counts["serving"] == [10_000, *counts["default"][1:]], counts
+    assert counts["restored"] == counts["default"], counts

@@ -168,7 +168,12 @@ async def post_json(
     lone surrogates (which httpx cannot encode)."""
     if not any(name.lower() == "content-type" for name in headers):
         headers = {**headers, "Content-Type": "application/json"}
-    return await client.post(url, content=jsonio.dumps(data), headers=headers, timeout=httpx.Timeout(timeout))
+    response = await client.post(url, content=jsonio.dumps(data), headers=headers, timeout=httpx.Timeout(timeout))
+    # httpx leaves the response and its (read, closed) stream referring to each other: a cycle that keeps
+    # the request, megabytes of body, alive until the cyclic collector runs. Its content is read, so the
+    # stream is replaced by one of that content; the request then goes with the response.
+    response.stream = httpx.ByteStream(response.content)
+    return response
 
 
 def chained(new: Exception, cause: BaseException) -> Exception:
