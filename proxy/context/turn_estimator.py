@@ -78,13 +78,22 @@ class TurnEstimator:
         self._named_by_anchor.update((id(a), (m, h)) for a, m, h in named if a is not None)
         # A message the shared cache already counted (the resent prefix: nearly all) is memoized here and
         # now, as if counted: the turn's first count of it is then a memo hit.
-        known = self._known_at(hashes) if self._known_at is not None else [None] * len(hashes)
+        known: list[int | None] = self._known_at(hashes) if self._known_at is not None else [None] * len(hashes)
         counted = zip(ids, messages, contents, known, strict=True)
         self._by_object.update((i, (m, c, tokens)) for i, m, c, tokens in counted if tokens is not None)
         counted_by_anchor = self._by_anchor
         for anchor, message, tokens in zip(anchors, messages, known, strict=True):
             if anchor is not None and tokens is not None:
                 counted_by_anchor.setdefault(id(anchor), (message, tokens))
+        # A warm turn's history is all known but what it adds: counting those few now lets every stage that
+        # counts this very sequence (the compactor, the trace's size of the request) find it whole. Many
+        # unknown messages (a first request) are left to the stages, which count a large history off the loop.
+        unknown = [index for index, tokens in enumerate(known) if tokens is None]
+        if len(unknown) <= _COUNTED_WHEN_NAMED:
+            counts = [
+                self.base_count_message(messages[i]) if tokens is None else tokens for i, tokens in enumerate(known)
+            ]
+            self._remember_sequence(tuple(ids), tuple(messages), tuple(contents), tuple(counts))
 
     def count_text(self, text: str) -> int:
         """Passed through (scaled): texts are few per turn."""
@@ -140,10 +149,19 @@ class TurnEstimator:
                 out.append(original[1])
                 continue
             out.append(count(message))
+        self._remember_sequence(key, tuple(messages), contents, tuple(out))
+        return out
+
+    def _remember_sequence(
+        self,
+        key: tuple[int, ...],
+        messages: tuple[Mapping[str, Any], ...],
+        contents: tuple[Any, ...],
+        counts: tuple[int, ...],
+    ) -> None:
         if len(self._sequences) >= _SEQUENCES_PER_TURN:
             self._sequences.pop(next(iter(self._sequences)))
-        self._sequences[key] = (tuple(messages), contents, tuple(out))  # holds the messages: their ids stay theirs
-        return out
+        self._sequences[key] = (messages, contents, counts)  # holds the messages: their ids stay theirs
 
     def unscaled(self) -> TokenEstimator:
         """This memo's base counts (what calibration compares with the provider's figure)."""
@@ -183,6 +201,7 @@ class TurnEstimator:
 
 
 _SEQUENCES_PER_TURN = 8  # a turn counts a handful of whole sequences (history, window, composed input)
+_COUNTED_WHEN_NAMED = 64  # new messages of a named history counted at once (a turn adds a few)
 _CountedSequence: TypeAlias = tuple[tuple[Mapping[str, Any], ...], tuple[Any, ...], tuple[int, ...]]
 _content_of = operator.methodcaller("get", "content")
 

@@ -272,9 +272,9 @@ def test_calibration_scales_the_cached_base_count_never_a_scaled_one() -> None:
 
 def test_a_turn_estimator_counts_named_history_and_its_copies_by_chain_hash(monkeypatch: pytest.MonkeyPatch) -> None:
     inner = CachingEstimator(CountingEstimator())
-    history = [{"role": "user", "content": f"step {i}"} for i in range(20)]
+    history = [{"role": "user", "content": f"step {i}"} for i in range(100)]
     entries = [HistoryEntry(m, h) for m, h in zip(history, chain_hashes(history), strict=True)]
-    TurnEstimator(inner).name_history(entries)  # nothing counted yet: naming is free
+    TurnEstimator(inner).name_history(entries)  # a history of unknown messages is not counted when named
     assert inner.misses == 0
     first = TurnEstimator(inner)
     first.name_history(entries)
@@ -283,7 +283,24 @@ def test_a_turn_estimator_counts_named_history_and_its_copies_by_chain_hash(monk
     second.name_history(entries)
     digests = record_digests(monkeypatch)
     assert [second.count_message(m) for m in history] == counts
-    assert digests == [] and inner.hits == 20
+    assert digests == [] and inner.hits == 100
+
+
+def test_naming_a_resent_history_counts_what_it_adds_and_the_whole_sequence_is_then_known() -> None:
+    counting = CountingEstimator()
+    inner = CachingEstimator(counting)
+    history = [{"role": "user", "content": f"step {i}"} for i in range(100)]
+    first = TurnEstimator(inner)
+    first.name_messages(history, chain_hashes(history))
+    assert first.counts(history) == [ESTIMATOR.count_message(m) for m in history] and len(counting.history) == 100
+    resent = [*(dict(m) for m in history), {"role": "assistant", "content": "new"}, {"role": "user", "content": "go"}]
+    turn = TurnEstimator(inner)
+    turn.name_messages(resent, chain_hashes(resent))
+    assert len(counting.history) == 102  # the two new ones, counted when named
+    hits = inner.hits
+    assert turn.counts(resent) == [ESTIMATOR.count_message(m) for m in resent]
+    assert turn.counts(list(resent))[-1] == ESTIMATOR.count_message(resent[-1])  # the same messages, another list
+    assert inner.hits == hits and len(counting.history) == 102  # the turn's memo, not the cache
 
 
 def test_a_named_message_known_to_the_cache_is_memoized_when_named_and_recounted_once_rewritten() -> None:

@@ -546,6 +546,27 @@ async def test_branch_view_reads_the_nearest_prefix_of_the_requests_own_chain(st
     assert (await store.branch_view("s", a, [])).states == {}
 
 
+@pytest.mark.parametrize("length", [8, 600])  # the SQLite store seeks a short chain's prefixes, reads a long one's rows
+async def test_a_branch_view_of_a_long_chain_reads_the_same_nearest_states(store: SessionStore, length: int) -> None:
+    opening = [system(), *(user(f"note {i}") for i in range(length))]
+    run_a = [*opening, assistant("a1"), user("a2")]
+    run_b = [*opening, assistant("b1"), user("b2")]
+    a = (await store.reconcile("s", "main", run_a)).chain_hashes
+    b = (await store.reconcile("s", "main", run_b)).chain_hashes
+    await store.put_state("s", a[3], "previews", ["early"])
+    await store.put_state("s", a[-3], "previews", ["shared"])
+    await store.put_state("s", a[-1], "previews", ["a only"])
+    await store.put_state("s", b[-1], "other", "b only")
+    await store.reconcile("t", "main", run_a)
+    await store.put_state("t", a[-1], "previews", ["another session"])
+    view = await store.branch_view("s", a, ["previews", "other"])
+    assert view.states == {"previews": BranchState(a[-1], ["a only"])}
+    view = await store.branch_view("s", b, ["previews", "other"])
+    assert view.states == {"previews": BranchState(b[-3], ["shared"]), "other": BranchState(b[-1], "b only")}
+    start = await store.begin_turn("s", "main", [*run_b, assistant("b3")], ["previews", "other"])
+    assert start.view.value("previews") == ["shared"] and start.view.value("other") == "b only"
+
+
 async def test_begin_turn_reconciles_numbers_and_reads_in_one_call(store: SessionStore) -> None:
     first = conversation(2)
     start = await store.begin_turn("s", "main", first, ["previews"], branch_counter="calls", calibration="route:m")
