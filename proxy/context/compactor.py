@@ -35,7 +35,7 @@ from proxy.context.pressure import Pressure, PressureConfig, measure_pressure
 from proxy.context.previews import READ_TOOL_OUTPUT, PreviewMemo, PreviewPolicy, is_preview, is_valid_ref
 from proxy.context.turn_estimator import count_named, counts_of
 from proxy.context.types import TokenEstimator
-from proxy.context.units import RESULT_ROLES, Unit, anchor_stop, latest_step_start, split_units
+from proxy.context.units import RESULT_ROLES, SplitMemo, Unit, anchor_stop, latest_step_start, split_units
 
 # Counting a history is pure CPU: seconds for 20,000 messages seen for the first time. On the event loop
 # that would stall every other session's request for as long, so a large history is counted (and its
@@ -137,8 +137,16 @@ class CompactionResult:
 class _Working:
     """The history being compacted: a verbatim head, the checkpoint, then visible entries from ``start``."""
 
-    def __init__(self, entries: Sequence[HistoryEntry], estimator: TokenEstimator, nonce: str, reader: str) -> None:
+    def __init__(
+        self,
+        entries: Sequence[HistoryEntry],
+        estimator: TokenEstimator,
+        nonce: str,
+        reader: str,
+        splits: SplitMemo | None = None,
+    ) -> None:
         self.entries = entries
+        self.splits = splits
         self.estimator = estimator
         self.nonce = nonce  # the session's framing nonce, on the checkpoint message
         self.reader = reader  # the name previews give the proxy's tool-output reader
@@ -153,7 +161,9 @@ class _Working:
 
     @functools.cached_property
     def units(self) -> list[Unit]:
-        return split_units(self.messages)
+        if self.splits is None:
+            return split_units(self.messages)
+        return self.splits.split(self.messages, [entry.chain_hash for entry in self.entries])
 
     @functools.cached_property
     def latest(self) -> int:
@@ -190,10 +200,11 @@ class _Working:
 
     def visible_units(self) -> tuple[Unit, ...] | None:
         """The units of the history ``render`` gives without the checkpoint message, from those of the
-        entries when they were made (``None`` otherwise). Head and visible part are each whole units (the
-        anchor is a unit of its own, a checkpoint covers whole units or splits a user message), and a
-        preview or split tail keeps its message's role and ids, so these are what splitting it would give."""
-        units: list[Unit] | None = self.__dict__.get("units")  # the cached property, if it was needed
+        entries (when they were made, or are cheap to make from a split memo; ``None`` otherwise). Head and
+        visible part are each whole units (the anchor is a unit of its own, a checkpoint covers whole units
+        or splits a user message), and a preview or split tail keeps its message's role and ids, so these
+        are what splitting it would give."""
+        units = self.units if self.splits is not None else self.__dict__.get("units")  # cheap, or if it was needed
         if units is None:
             return None
         if self.checkpoint is None:
@@ -248,8 +259,10 @@ class HistoryCompactor:
 
     def __init__(self, config: CompactionConfig | None = None) -> None:
         self.config = config or CompactionConfig()
-        # Earlier turns' previews, rendered once: every turn re-applies them to the resent history.
+        # Earlier turns' previews, rendered once: every turn re-applies them to the resent history. And its
+        # units, split once: every turn splits the resent history again.
         self._previews = PreviewMemo(self.config.preview)
+        self._splits = SplitMemo()
 
     async def compact(
         self,
@@ -290,7 +303,7 @@ class HistoryCompactor:
 
         def trim() -> tuple[_Working, Pressure, CompactionTrace]:
             """Steps 0 and 1: everything before the summarizer, all synchronous."""
-            work = _Working(history, estimator, nonce, reader)
+            work = _Working(history, estimator, nonce, reader, self._splits)
             before = fixed_tokens + sum(work.costs)
             trace = CompactionTrace(None, limit, pressure.threshold_tokens, pressure.target_tokens, before)
             self._reapply(work, checkpoints, set(previewed_refs), trace)

@@ -7,6 +7,8 @@ neither can separate a call from its results.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
@@ -86,6 +88,61 @@ def split_units(history: Sequence[Mapping[str, Any]]) -> list[Unit]:
 
 _KINDS: dict[Any, UnitKind] = {"tool": "orphan_result", "function": "orphan_result"}
 _KINDS.update(dict.fromkeys(PINNED_ROLES, "pinned"))
+
+
+class SplitMemo:
+    """``split_units`` of histories named by their chain hashes, carried over from a prefix split before.
+
+    A resent history is split again on every turn, though only its end changed. A history whose prefix
+    of ``k`` messages was split before (found by the chain hash of its ``k``-th message, walking back from
+    the end: a turn adds a few) keeps that prefix's units but the last, and is split again from there:
+    the last unit may grow (results arriving for its calls), the earlier ones were each closed by a
+    message inside the prefix. Equal chain hashes mean equal canonical messages, and the split reads only
+    their roles and call ids. At most ``max_units`` units are kept in all, the least recently used
+    history's first; a history's prefix is forgotten when the history is remembered. Thread-safe (a large
+    history is compacted on a worker thread)."""
+
+    DEFAULT_MAX_UNITS = 100_000  # about 8 MB: a hundred sessions of 1,000 messages
+    TAIL_SEARCH = 64  # how far back from the end a split prefix is looked for
+
+    def __init__(self, max_units: int = DEFAULT_MAX_UNITS) -> None:
+        self.max_units = max_units
+        self._splits: OrderedDict[str, tuple[int, tuple[Unit, ...]]] = OrderedDict()  # last hash -> (length, units)
+        self._units = 0
+        self._lock = threading.Lock()
+
+    def split(self, history: Sequence[Mapping[str, Any]], chain_hashes: Sequence[str]) -> list[Unit]:
+        """``split_units(history)``; ``chain_hashes`` name ``history``'s prefixes."""
+        if len(chain_hashes) != len(history):
+            raise ValueError("one chain hash per message")
+        units: list[Unit] | None = None
+        for k in range(len(history) - 1, max(-1, len(history) - 1 - self.TAIL_SEARCH), -1):
+            with self._lock:
+                known = self._splits.get(chain_hashes[k])
+                if known is not None and known[0] == k + 1:
+                    self._forget(chain_hashes[k])
+            if known is not None and known[0] == k + 1:
+                prefix = known[1]
+                start = prefix[-1].start if prefix else 0
+                rest = split_units(history[start:])
+                units = [*prefix[:-1], *(Unit(u.start + start, u.stop + start, u.kind, u.missing) for u in rest)]
+                break
+        if units is None:
+            units = split_units(history)
+        if history and len(units) <= self.max_units:
+            with self._lock:
+                self._forget(chain_hashes[-1])
+                self._splits[chain_hashes[-1]] = (len(history), tuple(units))
+                self._units += len(units)
+                while self._units > self.max_units:
+                    _, (_, evicted) = self._splits.popitem(last=False)
+                    self._units -= len(evicted)
+        return units
+
+    def _forget(self, last: str) -> None:
+        forgotten = self._splits.pop(last, None)
+        if forgotten is not None:
+            self._units -= len(forgotten[1])
 
 
 def anchor_unit(history: Sequence[Mapping[str, Any]], units: Sequence[Unit]) -> int | None:

@@ -5,7 +5,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.context.units import Unit, anchor_stop, anchor_unit, call_ids, latest_step_start, split_units
+from proxy.canonical import chain_hashes
+from proxy.context.units import SplitMemo, Unit, anchor_stop, anchor_unit, call_ids, latest_step_start, split_units
 
 CALL = {
     "role": "assistant",
@@ -78,3 +79,34 @@ def test_anchor_stop_is_where_the_anchor_unit_ends(roles: list[str], rng: Any) -
     anchor = anchor_unit(history, units)
     expected = units[anchor].stop if anchor is not None else 0
     assert anchor_stop(history) == expected
+
+
+def _history_of(roles: list[str], rng: Any) -> list[dict[str, Any]]:
+    history: list[dict[str, Any]] = []
+    for k, role in enumerate(roles):
+        if role == "assistant_call":
+            calls = [{"id": f"c{k}_{j}", "type": "function"} for j in range(rng.randint(1, 2))]
+            history.append({"role": "assistant", "content": None, "tool_calls": calls})
+        elif role == "tool":
+            history.append(
+                {"role": "tool", "tool_call_id": f"c{k - rng.randint(1, 2)}_{rng.randint(0, 1)}", "content": "r"}
+            )
+        else:
+            history.append({"role": role, "content": "x"})
+    return history
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.sampled_from(_ROLES), min_size=1, max_size=40), st.lists(st.integers(0, 40), max_size=6), st.randoms()
+)
+def test_a_split_memo_splits_every_history_as_split_units_does(roles: list[str], cuts: list[int], rng: Any) -> None:
+    # Turns of one session: prefixes of one history (in any order: growing, rewinding, repeating), and a
+    # fork that shares a prefix; a step's results may arrive only in a later turn.
+    history = _history_of(roles, rng)
+    fork = [*history[: len(history) // 2], {"role": "user", "content": "fork"}]
+    memo = SplitMemo(max_units=30)
+    for cut in [*cuts, len(history)]:
+        for messages in (history[: max(1, min(cut, len(history)))], fork):
+            copies = [dict(m) for m in messages]  # each turn decodes its messages afresh
+            assert memo.split(copies, chain_hashes(copies)) == split_units(copies)
