@@ -25,13 +25,15 @@ _TOOL_CALL_FIELDS = ("id", "type", "function")
 GENESIS = ""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class HistoryEntry:
     """One message of a session's history: the store's, the assembler's and the compactor's record of it.
 
     ``chain_hash`` names the history up to and including it; ``tool_output_ref`` is the reference
     ``read_tool_output`` takes for a stored tool body; ``position`` is its index in its branch as the
     store keeps it (``None`` for a proxy-owned step, which is kept beside the branch, not in it).
+    Treat it as immutable; it is not frozen because every turn makes one per history message, and a
+    frozen dataclass takes five times as long to make.
     """
 
     message: dict[str, Any]

@@ -167,7 +167,7 @@ def validate_output(contributor_id: str, protected: bool, raw: Any) -> Contribut
     contributor's ID, except an attachment's explicit ``source``, which names the data's origin.
     """
     if isinstance(raw, ContributorOutput):
-        raw = dataclasses.asdict(raw)
+        raw = _fields_of(raw)
     if not isinstance(raw, Mapping):
         raise InvalidOutput(f"expected ContributorOutput, got {type(raw).__name__}")
     unknown = set(raw) - {"sections", "messages", "attachments", "diagnostics"}
@@ -189,11 +189,17 @@ def _items(raw: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
     items = []
     for item in value:
         if dataclasses.is_dataclass(item) and not isinstance(item, type):
-            item = dataclasses.asdict(item)
+            item = _fields_of(item)
         if not isinstance(item, Mapping):
             raise InvalidOutput(f"{key} item must be an object, got {type(item).__name__}")
         items.append(dict(item))
     return items
+
+
+def _fields_of(value: Any) -> dict[str, Any]:
+    """A dataclass's fields as a dict, one level deep: what is validated is read one level deep (an item's
+    strings and numbers), and ``dataclasses.asdict`` copies every level, ten contributors three passes a turn."""
+    return {field.name: getattr(value, field.name) for field in dataclasses.fields(value)}
 
 
 def _text(item: Mapping[str, Any], key: str, what: str) -> str:

@@ -150,7 +150,7 @@ class _Working:
         self.estimator = estimator
         self.nonce = nonce  # the session's framing nonce, on the checkpoint message
         self.reader = reader  # the name previews give the proxy's tool-output reader
-        self.messages: list[Mapping[str, Any]] = [e.message for e in entries]
+        self.messages: list[dict[str, Any]] = [e.message for e in entries]
         # Found without splitting: the split is made only when previews or a checkpoint need it.
         self.head_end = anchor_stop(self.messages)
         self.checkpoint: Checkpoint | None = None
@@ -170,8 +170,9 @@ class _Working:
         """Where the latest step begins (``latest_step_start``), as a message index."""
         return self.units[latest_step_start(self.messages, self.units)].start if self.units else 0
 
-    def message(self, i: int) -> Mapping[str, Any]:
-        return self.visible.get(i, self.messages[i])
+    def message(self, i: int) -> dict[str, Any]:
+        visible = self.visible.get(i)
+        return self.messages[i] if visible is None else visible
 
     def replace(self, i: int, message: dict[str, Any]) -> None:
         self.visible[i] = message
@@ -192,10 +193,15 @@ class _Working:
 
     def render(self) -> list[dict[str, Any]]:
         # Unchanged messages are passed on as they are (see ``window._as_dict``); replacements are new dicts.
-        out = [_as_dict(m) for m in self.messages[: self.head_end]]
+        # Copied as a list slice, then the few replacements put in (a call per message is most of the cost).
+        out = self.messages[: self.head_end]
         if self.checkpoint is not None:
             out.append(self.checkpoint.message(self.nonce))
-        out.extend(_as_dict(self.message(i)) for i in range(self.start, len(self.messages)))
+        offset = len(out) - self.start
+        out.extend(self.messages[self.start :])
+        for i, replacement in self.visible.items():
+            if i >= self.start:
+                out[i + offset] = replacement
         return out
 
     def visible_units(self) -> tuple[Unit, ...] | None:
@@ -221,10 +227,11 @@ class _Working:
         return (*self.costs[: self.head_end], *self.costs[self.start :])
 
     def previewed_refs(self) -> list[str]:
+        visible, messages = self.visible, self.messages
         return [
             ref
-            for i in range(self.start, len(self.entries))
-            if (ref := self.entries[i].tool_output_ref) and is_preview(content_text(self.message(i).get("content")))
+            for i, entry in enumerate(self.entries[self.start :], self.start)
+            if (ref := entry.tool_output_ref) and is_preview(content_text(visible.get(i, messages[i]).get("content")))
         ]
 
 
@@ -242,10 +249,6 @@ def is_large(history: Sequence[HistoryEntry]) -> bool:
             texts = (part.get("text") for part in content if isinstance(part, Mapping))
             chars += sum(len(text) for text in texts if isinstance(text, str))
     return chars >= OFFLOAD_CHARS
-
-
-def _as_dict(message: Mapping[str, Any]) -> dict[str, Any]:
-    return message if isinstance(message, dict) else dict(message)
 
 
 def _split_tail(message: Mapping[str, Any], text: str, cut: int) -> dict[str, Any]:

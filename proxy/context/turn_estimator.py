@@ -47,6 +47,8 @@ class TurnEstimator:
         self._named: dict[int, tuple[Mapping[str, Any], str]] = {}  # id -> (message, chain hash)
         self._named_by_anchor: dict[int, tuple[Mapping[str, Any], str]] = {}  # id of content -> (message, hash)
         self._last_named: tuple[tuple[Mapping[str, Any], ...], list[str]] = ((), [])
+        # ids of the tools' functions -> (the tools, their base count): see ``count_tools``
+        self._tools: dict[tuple[int, ...], tuple[tuple[Mapping[str, Any], ...], int]] = {}
         # ids of a counted message sequence -> (the messages, their contents, base counts): see ``base_counts``
         self._sequences: dict[tuple[int, ...], _CountedSequence] = {}
 
@@ -112,8 +114,19 @@ class TurnEstimator:
         return self.count_message(message)
 
     def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
-        """Passed through (scaled)."""
-        return self._scaled(self.inner.count_tools(tools))
+        """The inner count, once per turn for a list of the same tools (or their shallow copies), scaled."""
+        return self._scaled(self.base_count_tools(tools))
+
+    def base_count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
+        """The inner count of ``tools``, memoized: the passes, the validator, the trace's sizes and the
+        calibration sample all count the turn's tools, mostly as shallow copies of one list."""
+        key = tuple(id(tool.get("function", tool)) for tool in tools)
+        seen = self._tools.get(key)
+        if seen is not None and len(seen[0]) == len(tools) and all(map(_same_fields, seen[0], tools)):
+            return seen[1]
+        count = self.inner.count_tools(tools)
+        self._tools[key] = (tuple(tools), count)  # holds the tools: their ids stay theirs
+        return count
 
     def counts(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
         """``count_message`` of each of ``messages``, in one pass (see ``base_counts``)."""
@@ -252,4 +265,4 @@ class _Unscaled:
         return self._turn.base_counts(messages)
 
     def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
-        return self._turn.inner.count_tools(tools)
+        return self._turn.base_count_tools(tools)

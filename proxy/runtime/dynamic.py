@@ -198,8 +198,13 @@ class SessionAssembler:
         messages = request.body["messages"]
         anchors = _anchors(view)
         own = _own_steps_key(request)
-        items: list[HistoryEntry] = []
         head = hashes[-1] if request.round else None  # this request's own rounds so far (none before its first)
+        if not anchors and head is None:  # nearly every turn: no proxy step anywhere, one pass
+            return [
+                HistoryEntry(m, h, tool_output_ref(h) if m.get("role") == "tool" else None)
+                for m, h in zip(messages, hashes, strict=True)
+            ]
+        items: list[HistoryEntry] = []
         for message, prefix in zip(messages, hashes, strict=True):
             ref = tool_output_ref(prefix) if message.get("role") == "tool" else None
             items.append(HistoryEntry(message, prefix, ref))

@@ -140,13 +140,19 @@ def _entry_size(context_id: str, hashes: Sequence[str]) -> int:
 
 
 def _common_messages(old: bytes, new: bytes) -> int:
-    """How many leading messages two digest strings share."""
-    count = 0
-    for start in range(0, min(len(old), len(new)), _DIGEST_BYTES):
-        if old[start : start + _DIGEST_BYTES] != new[start : start + _DIGEST_BYTES]:
-            break
-        count += 1
-    return count
+    """How many leading messages two digest strings share: the whole of ``old`` (a resent history, nearly
+    always) in one comparison, else a binary search over prefix comparisons, each a memcmp, rather than a
+    comparison per message."""
+    if new.startswith(old):
+        return len(old) // _DIGEST_BYTES
+    low, high = 0, min(len(old), len(new)) // _DIGEST_BYTES  # low messages are shared, high at most
+    while low < high:
+        middle = (low + high + 1) // 2
+        if new.startswith(old[: middle * _DIGEST_BYTES]):
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def nearest_state(chain_hashes: Sequence[str], found: Mapping[str, Any]) -> BranchState | None:

@@ -503,3 +503,30 @@ def test_a_named_message_is_counted_once_by_name_across_turns(monkeypatch: pytes
     # Through counts_of's helper, any estimator: by name where it can, by content otherwise.
     assert count_named(cache, dict(preview), name) == first
     assert count_named(ESTIMATOR, dict(preview), name) == first
+
+
+def test_a_turn_counts_its_tools_once_for_the_list_and_its_shallow_copies() -> None:
+    class ToolCounting(ConservativeTokenEstimator):
+        calls = 0
+
+        def count_tools(self, tools: Any) -> int:
+            ToolCounting.calls += 1
+            return super().count_tools(tools)
+
+    tools = [
+        {"type": "function", "function": {"name": f"tool_{i}", "parameters": {"type": "object"}}} for i in range(3)
+    ]
+    turn = TurnEstimator(ToolCounting(), 1.5)
+    first = turn.count_tools(tools)
+    assert first == math.ceil(ESTIMATOR.count_tools(tools) * 1.5)
+    assert turn.count_tools([dict(t) for t in tools]) == first and turn.unscaled().count_tools(
+        tools
+    ) == ESTIMATOR.count_tools(tools)
+    assert ToolCounting.calls == 1
+    # Another list of tools, or a tool changed (a new function object), is counted.
+    assert turn.count_tools(tools[:2]) == math.ceil(ESTIMATOR.count_tools(tools[:2]) * 1.5)
+    changed = [*tools[:2], {**tools[2], "function": {"name": "other", "parameters": {"type": "object"}}}]
+    assert turn.count_tools(changed) == math.ceil(ESTIMATOR.count_tools(changed) * 1.5)
+    renamed = [*tools[:2], {**tools[2], "type": "custom"}]  # the same function object, another field
+    turn.count_tools(renamed)
+    assert ToolCounting.calls == 4

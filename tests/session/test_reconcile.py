@@ -106,3 +106,15 @@ def test_the_stored_prefix_is_found_with_a_logarithmic_number_of_lookups(length:
 
 def test_an_empty_request_has_no_stored_prefix() -> None:
     assert rc.stored_prefix_length([], lambda chain_hash: True) == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 3), max_size=30), st.lists(st.integers(0, 3), max_size=30))
+def test_common_messages_counts_the_leading_digests_two_requests_share(old: list[int], new: list[int]) -> None:
+    from proxy.session.reconcile import _DIGEST_BYTES, _common_messages
+
+    def digests(values: list[int]) -> bytes:
+        return b"".join(bytes([v]) * _DIGEST_BYTES for v in values)
+
+    shared = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))
+    assert _common_messages(digests(old), digests(new)) == shared
