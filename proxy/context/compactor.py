@@ -33,14 +33,15 @@ from proxy.canonical import HistoryEntry, chain_hashes, content_text
 from proxy.context.checkpoint import Checkpoint, build_summary_request, validate_checkpoint
 from proxy.context.pressure import Pressure, PressureConfig, measure_pressure
 from proxy.context.previews import READ_TOOL_OUTPUT, PreviewMemo, PreviewPolicy, is_preview, is_valid_ref
-from proxy.context.turn_estimator import count_named, counts_of
+from proxy.context.turn_estimator import TurnEstimator, count_named, counts_of
 from proxy.context.types import TokenEstimator
 from proxy.context.units import RESULT_ROLES, SplitMemo, Unit, anchor_stop, latest_step_start, split_units
 
 # Counting a history is pure CPU: seconds for 20,000 messages seen for the first time. On the event loop
 # that would stall every other session's request for as long, so a large history is counted (and its
 # deterministic trimming planned) on a worker thread. A small one stays on the loop, where a thread hop
-# costs more than it saves and where it can never queue behind large ones in the executor. The
+# costs more than it saves and where it can never queue behind large ones in the executor; so does a
+# large one the turn has counted already (a resent history: its trimming is then a few milliseconds). The
 # estimator must be thread-safe for this (``CachingEstimator`` is; a ``TurnEstimator`` belongs to one
 # turn, which waits for the worker).
 OFFLOAD_MESSAGES = 500
@@ -235,6 +236,14 @@ class _Working:
         ]
 
 
+def _costly(history: Sequence[HistoryEntry], estimator: TokenEstimator) -> bool:
+    """Whether trimming ``history`` is worth a worker thread: a large history, unless the turn counted it
+    already (a resent history, named when the turn began), when what is left costs less than the hop."""
+    if not is_large(history):
+        return False
+    return not (isinstance(estimator, TurnEstimator) and estimator.has_counted([e.message for e in history]))
+
+
 def is_large(history: Sequence[HistoryEntry]) -> bool:
     """Whether counting ``history`` is worth a worker thread (see ``OFFLOAD_MESSAGES``)."""
     if len(history) >= OFFLOAD_MESSAGES:
@@ -316,7 +325,7 @@ class HistoryCompactor:
                 trace.compacted_refs = self._preview_old_bodies(work, trimmed)
             return work, trimmed, trace
 
-        work, pressure, trace = await asyncio.to_thread(trim) if is_large(history) else trim()
+        work, pressure, trace = await asyncio.to_thread(trim) if _costly(history, estimator) else trim()
         new_checkpoint = False
         if pressure.needed and summarizer is not None and fixed_tokens + work.total() > pressure.target_tokens:
             known = {e.tool_output_ref for e in history if e.tool_output_ref} | set(known_refs)

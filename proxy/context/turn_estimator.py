@@ -176,6 +176,11 @@ class TurnEstimator:
             self._sequences.pop(next(iter(self._sequences)))
         self._sequences[key] = (messages, contents, counts)  # holds the messages: their ids stay theirs
 
+    def has_counted(self, messages: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether this very sequence of messages is counted already (its next count is a memo hit)."""
+        seen = self._sequences.get(tuple(map(id, messages)))
+        return seen is not None and all(map(operator.is_, seen[1], map(_content_of, messages)))
+
     def unscaled(self) -> TokenEstimator:
         """This memo's base counts (what calibration compares with the provider's figure)."""
         return _Unscaled(self)

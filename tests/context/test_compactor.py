@@ -549,3 +549,41 @@ async def test_a_long_run_stays_within_the_window_turn_after_turn() -> None:
             return bodies.get(ref)
 
     assert fact in await read_tool_output(Store(), {"ref": "to_0001", "query": "calibration constant"})
+
+
+async def test_a_large_history_the_turn_counted_already_is_trimmed_on_the_event_loop() -> None:
+    import threading
+
+    from proxy.context.turn_estimator import TurnEstimator
+
+    messages = [{"role": "user", "content": ANCHOR}]
+    for k in range(300):
+        call = {"id": f"c{k}", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        messages += [{"role": "assistant", "content": None, "tool_calls": [call]}]
+        messages += [{"role": "tool", "tool_call_id": f"c{k}", "content": body(k, 3_000)}]
+    entries = history_entries(messages, {i: f"to_{i}" for i, m in enumerate(messages) if m["role"] == "tool"})
+    threads: list[str] = []
+
+    class Recording(ConservativeTokenEstimator):
+        def count_message(self, message: Any) -> int:
+            threads.append(threading.current_thread().name)
+            return super().count_message(message)
+
+    limit = cost(messages) // 2
+    shared = CachingEstimator(Recording())  # the counts a process keeps between turns
+    first = TurnEstimator(shared)
+    first.name_history(entries)
+    await HistoryCompactor().compact(entries, nonce=NONCE, limit=limit, estimator=first)
+    assert threading.main_thread().name not in threads[:10]  # a history counted now: on a worker thread
+    call = {"id": "c_new", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    step = [{"role": "assistant", "content": None, "tool_calls": [call]}]
+    step += [{"role": "tool", "tool_call_id": "c_new", "content": body(999, 3_000)}]
+    resent = [*messages, *step]  # the next turn: the history resent with a step added
+    entries = history_entries(resent, {i: f"to_{i}" for i, m in enumerate(resent) if m["role"] == "tool"})
+    counted = TurnEstimator(shared)
+    counted.name_history(entries)  # the step is counted here, the rest is known
+    assert counted.has_counted([e.message for e in entries])
+    threads.clear()
+    await HistoryCompactor().compact(entries, nonce=NONCE, limit=limit, estimator=counted)
+    # What the trimming counts (the previews new to the shared cache) is counted on the loop: no hop.
+    assert threads and set(threads) == {threading.main_thread().name}
