@@ -258,7 +258,8 @@ def check_chat_request(body: Any, known: KnownMessages) -> tuple[ChatCompletionR
     fresh = [resent + index for index in known.unknown(digests[resent:])] or [len(messages) - 1]
     subset = {**body, "messages": [messages[index] for index in fresh]}
     request = validated(ChatCompletionRequest, subset, lambda errors: _chat_error(errors, fresh))
-    check_tool_pairing(messages)
+    # A resent prefix was a whole valid request: every call in it answered, nothing pending at its end.
+    check_tool_pairing(messages, start=resent)
     known.remember_request(digested)
     return request, digests
 
@@ -294,14 +295,15 @@ _TAGS = frozenset(
 )
 
 
-def check_tool_pairing(messages: list[dict[str, Any]]) -> None:
+def check_tool_pairing(messages: list[dict[str, Any]], start: int = 0) -> None:
     """Every tool result answers a call of the assistant message before it, and every call is answered.
 
     Providers reject both an orphan tool message and an assistant tool call whose results never come;
-    OpenAI also rejects ``tool_calls: []``, which this treats as no tool calls.
+    OpenAI also rejects ``tool_calls: []``, which this treats as no tool calls. ``start``: the messages
+    before it are known to pair (a request that passed), so the check begins there with no call pending.
     """
     pending: dict[str, int] = {}  # tool_call_id -> index of the assistant message that made it
-    for index, message in enumerate(messages):
+    for index, message in enumerate(messages[start:], start):
         role = message.get("role")
         if role == "tool":
             call_id = message.get("tool_call_id")

@@ -71,22 +71,30 @@ class TurnEstimator:
         if len(hashes) != len(messages):
             raise ValueError("one chain hash per message")
         # In C-speed passes (map, zip, dict.update) rather than a loop body per message: a resent history
-        # is thousands of messages, nearly all of them already counted by the shared cache.
+        # is thousands of messages, nearly all of them already counted by the shared cache. A message
+        # with neither content nor calls has no anchor (None): the anchor maps get a key for None, which
+        # no lookup asks for (see ``_anchor``).
         ids = list(map(id, messages))
         contents = list(map(_content_of, messages))
         anchors = [c if c is not None else m.get("tool_calls") for m, c in zip(messages, contents, strict=True)]
+        anchor_ids = list(map(id, anchors))
         self._named.update(zip(ids, zip(messages, hashes, strict=True), strict=True))
-        named = zip(anchors, messages, hashes, strict=True)
-        self._named_by_anchor.update((id(a), (m, h)) for a, m, h in named if a is not None)
+        self._named_by_anchor.update(zip(anchor_ids, zip(messages, hashes, strict=True), strict=True))
         # A message the shared cache already counted (the resent prefix: nearly all) is memoized here and
         # now, as if counted: the turn's first count of it is then a memo hit.
         known: list[int | None] = self._known_at(hashes) if self._known_at is not None else [None] * len(hashes)
-        counted = zip(ids, messages, contents, known, strict=True)
-        self._by_object.update((i, (m, c, tokens)) for i, m, c, tokens in counted if tokens is not None)
-        counted_by_anchor = self._by_anchor
-        for anchor, message, tokens in zip(anchors, messages, known, strict=True):
-            if anchor is not None and tokens is not None:
-                counted_by_anchor.setdefault(id(anchor), (message, tokens))
+        c_known = [tokens for tokens in known if tokens is not None]  # only what is counted is memoized
+        if len(c_known) < len(known):  # some messages are new
+            kept = [k for k, tokens in enumerate(known) if tokens is not None]
+            c_ids, c_messages = [ids[k] for k in kept], [messages[k] for k in kept]
+            c_contents, c_anchors = [contents[k] for k in kept], [anchor_ids[k] for k in kept]
+        else:
+            c_ids, c_messages, c_contents, c_anchors = ids, list(messages), contents, anchor_ids
+        self._by_object.update(zip(c_ids, zip(c_messages, c_contents, c_known, strict=True), strict=True))
+        # The first copy counted keeps its anchor (setdefault's rule): reversed, so the first is written last.
+        first = dict(zip(reversed(c_anchors), zip(reversed(c_messages), reversed(c_known), strict=True), strict=True))
+        first.update(self._by_anchor)
+        self._by_anchor = first
         # A warm turn's history is all known but what it adds: counting those few now lets every stage that
         # counts this very sequence (the compactor, the trace's size of the request) find it whole. Many
         # unknown messages (a first request) are left to the stages, which count a large history off the loop.

@@ -41,7 +41,7 @@ class ContextValidator:
         one. OpenAI accepts a conversation without any (a system prompt alone, an assistant prefill), so a
         request that never had one is not refused for it."""
         messages = composed.messages
-        problems = _role_problems(messages, require_user) + _pairing_problems(messages)
+        problems = _protocol_problems(messages, require_user)
         problems += _hidden_problems(composed, nonce)
         total = sum(counts_of(estimator, messages)) + (estimator.count_tools(tools) if tools else 0)
         if total > limit_tokens:
@@ -51,47 +51,42 @@ class ContextValidator:
         return total
 
 
-def _role_problems(messages: Sequence[Mapping[str, Any]], require_user: bool) -> list[str]:
-    problems: list[str] = []
-    if not messages:
-        problems.append("no messages")
+def _protocol_problems(messages: Sequence[Mapping[str, Any]], require_user: bool) -> list[str]:
+    """The roles and tool-call fields, then the pairing (every call answered right after it, exactly once,
+    no result without its call), in one walk: the composed input of a long run is hundreds of messages."""
+    roles: list[str] = ["no messages"] if not messages else []
+    pairing: list[str] = []
+    pending: list[str] = []
+    pending_at = -1
+    users = 0
     for i, message in enumerate(messages):
         role = message.get("role")
         if role not in VALID_ROLES:
-            problems.append(f"message {i} has invalid role {role!r}")
+            roles.append(f"message {i} has invalid role {role!r}")
         if "tool_calls" in message and (message.get("tool_calls") == [] or role != "assistant"):
             # OpenAI rejects tool_calls: [] and tool calls on any role but assistant.
-            problems.append(f"message {i} ({role}) has invalid tool_calls")
-    if require_user and messages and not any(m.get("role") == "user" for m in messages):
-        problems.append("no user message")
-    return problems
-
-
-def _pairing_problems(messages: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Every call answered right after it, exactly once; no result without its call."""
-    problems: list[str] = []
-    pending: list[str] = []
-    pending_at = -1
-    for i, message in enumerate(messages):
-        role = message.get("role")
+            roles.append(f"message {i} ({role}) has invalid tool_calls")
         if role in RESULT_ROLES:
             rid = "function_call" if role == "function" else str(message.get("tool_call_id", ""))
             if rid in pending:
                 pending.remove(rid)
             else:
-                problems.append(f"message {i}: tool result {rid!r} has no matching call right before it")
+                pairing.append(f"message {i}: tool result {rid!r} has no matching call right before it")
             continue
+        users += role == "user"
         if pending:
-            problems.append(f"message {pending_at}: tool calls {pending} have no results")
+            pairing.append(f"message {pending_at}: tool calls {pending} have no results")
         pending = call_ids(message) if role == "assistant" else []
         if len(set(pending)) != len(pending):
-            problems.append(f"message {i}: duplicate tool call ids")
+            pairing.append(f"message {i}: duplicate tool call ids")
         pending_at = i
     if pending:
-        problems.append(
+        pairing.append(
             f"message {pending_at}: tool calls {pending} have no results (an unfinished call cannot be sent)"
         )
-    return problems
+    if require_user and messages and not users:
+        roles.append("no user message")
+    return roles + pairing
 
 
 def _hidden_problems(composed: ComposedContext, nonce: str) -> list[str]:

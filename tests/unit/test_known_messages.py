@@ -162,3 +162,26 @@ def test_a_request_orjson_cannot_encode_is_digested_one_by_one() -> None:
     history = [{"role": "user", "content": "big", "n": 2**70}]  # the reference decode keeps it exact
     digested = known.digest(history)
     assert digested.encoded is None and digested.digests == [exact_digest(history[0])]
+
+
+def test_after_a_resent_prefix_the_pairing_is_checked_as_over_the_whole_request() -> None:
+    known = KnownMessages()
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+    }
+    history = [{"role": "user", "content": "go"}, call, {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    check_chat_request({"model": "m", "messages": history}, known)
+    orphan = {
+        "model": "m",
+        "messages": [*_continued(history), {"role": "tool", "tool_call_id": "c1", "content": "again"}],
+    }
+    assert known.digest(orphan["messages"]).resent == 3
+    assert _refusal(orphan, known) == _refusal(orphan, None)
+    assert _refusal(orphan, known)[1] == "messages.3.tool_call_id"
+    unanswered = {
+        "model": "m",
+        "messages": [*_continued(history), {**call, "tool_calls": [{**call["tool_calls"][0], "id": "c2"}]}],
+    }
+    assert _refusal(unanswered, known) == _refusal(unanswered, None)
