@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -163,7 +164,8 @@ def create_app(
             exc.headers.update({"x-context-id": identity.context_id, "x-context-mode": mode})
             raise
         if isinstance(result.answer, Completion):
-            return JSONAnswer(result.answer.response, headers=result.headers)
+            # The decoded history and the turn's memos are freed after the answer is sent, not before.
+            return JSONAnswer(result.answer.response, headers=result.headers, background=_freed_after(body, result))
         return _EventStream(result.answer, drain, result.headers)
 
     responses_api = ResponsesIngress(settings, services.ready_runner)
@@ -302,6 +304,17 @@ def _authorize(request: Request, settings: Settings) -> None:
     if hmac.compare_digest(request.headers.get("x-api-key", "").strip().encode(), key):
         return
     raise AuthenticationFailed("Missing or invalid API key: send Authorization: Bearer <key> or x-api-key: <key>.")
+
+
+def _freed_after(*held: object) -> BackgroundTask:
+    """A task that runs once the response is sent, holding ``held`` until then: a 1,000-message turn's
+    objects (the decoded body, the turn's memos) take a millisecond or two to free, after the client has
+    its answer rather than before."""
+    return BackgroundTask(_release, *held)
+
+
+async def _release(*held: object) -> None:
+    """Nothing: what it held goes when the sent response does."""
 
 
 def _parse(

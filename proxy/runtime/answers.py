@@ -97,11 +97,16 @@ Answer = Completion | BufferedStream | LiveStream
 
 @dataclass
 class TurnResult:
-    """A turn's answer (one of the three kinds) with the context headers."""
+    """A turn's answer (one of the three kinds) with the context headers.
+
+    ``working`` is what the turn worked with (its request: the decoded history, the turn's memos), kept
+    for the caller to drop once the answer is sent: freeing a long history's objects takes milliseconds,
+    which the client then does not wait for."""
 
     identity: SessionIdentity
     mode: str
     answer: Answer
+    working: object = None
 
     @property
     def headers(self) -> dict[str, str]:

@@ -134,7 +134,7 @@ class TurnRunner:
             )
             answer = await self._answer(request)
             answer.outlive(lock)  # what the answer still needs once the turn returns (a live stream: the lock)
-            return TurnResult(identity, request.mode, answer)
+            return TurnResult(identity, request.mode, answer, working=request)
 
     async def _first_request(
         self,
