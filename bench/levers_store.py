@@ -87,8 +87,8 @@ class _CountingStore:
         return counted
 
 
-def _runner(folder: Path, store: Any, *, traces: bool) -> TurnRunner:
-    settings = Settings(data_dir=folder / "data", models=(ROUTE,), trace_enabled=traces, framing_secret=SECRET)
+def _runner(folder: Path, store: Any, *, traces: bool, route: ModelRoute = ROUTE) -> TurnRunner:
+    settings = Settings(data_dir=folder / "data", models=(route,), trace_enabled=traces, framing_secret=SECRET)
     return build_runner(settings, store, _Answer(), lambda model: (None, None), SECRET)
 
 

@@ -31,3 +31,29 @@ def test_the_sequence_counts_lever_times_both_ways_of_counting_and_restores_them
     validate(figures)
     assert figures["before_ms"] > 0 and figures["after_ms"] > 0
     assert validator.counts_of is turn_estimator.counts_of  # the stages count by sequences again
+
+
+def test_the_compaction_memo_lever_times_both_ways_and_restores_the_memos():
+    from bench.levers_turn import compaction_memo_lever
+    from proxy.context import window
+    from proxy.context.previews import PreviewMemo
+    from proxy.context.units import SplitMemo
+
+    saved = (PreviewMemo.named_preview, SplitMemo.split, window.AtomicHistoryWindowPolicy.apply)
+    figures = compaction_memo_lever(messages=40, repeats=1)
+    validate(figures)
+    assert figures["before_ms"] > 0 and figures["after_ms"] > 0
+    assert (PreviewMemo.named_preview, SplitMemo.split, window.AtomicHistoryWindowPolicy.apply) == saved
+
+
+def test_the_young_threshold_lever_times_both_thresholds_and_restores_the_collector():
+    import gc
+
+    from bench.levers_turn import young_threshold_lever
+
+    before = gc.get_threshold()
+    figures = young_threshold_lever(messages=40, repeats=1)
+    validate(figures)
+    assert figures["before_ms"] > 0 and figures["after_ms"] > 0
+    assert gc.get_threshold() == before
+    gc.unfreeze()  # the lever froze what the test process had made, as the app does
