@@ -205,13 +205,14 @@ def _count_message(estimator: TokenEstimator, message: Mapping[str, Any], overhe
 class CachingEstimator:
     """Wraps an estimator and caches its counts, so a turn only pays for what is new.
 
-    Every entry is keyed by a 17-byte digest, never by the text: messages by
-    :func:`~proxy.canonical.message_digest` (equal digests mean equal canonical messages, so a hit is
+    Every entry is keyed by a 17-byte digest or a 64-character chain hash, never by the text: messages
+    by :func:`~proxy.canonical.message_digest` (equal digests mean equal canonical messages, so a hit is
     never wrong; cosmetic variants at worst miss), history messages also by their chain hash
     (``count_message_at``: the name reconciliation gave them, so the unchanged prefix of a resent
-    history costs a lookup per message, not a digest of its content), texts (sections, the system
-    prompt) and tool lists by a BLAKE2b digest of their text. Keys and values are small and of fixed
-    size, which is why the byte bound ``max_bytes`` is kept as an entry count (``max_bytes //
+    history costs a lookup per message, not a digest of its content; the hash string itself is the key,
+    the very object the chain memo hands every turn), texts (sections, the system prompt) and tool
+    lists by a BLAKE2b digest of their text. Keys and values are small and of fixed size, which is why
+    the byte bound ``max_bytes`` is kept as an entry count (``max_bytes //
     ENTRY_BYTES``), however large the messages (a process serving hundreds of sessions with 200 KB
     tool outputs must not keep those outputs alive through its cache keys). Only base counts are
     cached: a calibrated route scales them afterwards (``ScaledEstimator``). One instance should live
@@ -223,8 +224,9 @@ class CachingEstimator:
     statistics and may lose an increment under that concurrency.
     """
 
-    # Measured with tracemalloc: a 17-byte key, its int and the dict slot come to about 140 bytes;
-    # ints above 256 are separate objects. Rounded up, so the bound stated above holds.
+    # Measured with tracemalloc: a 17-byte key, its int and the dict slot come to about 140 bytes, a
+    # chain hash key held by the cache alone to about 190 (tests/context/test_estimators.py); ints above
+    # 256 are separate objects. Rounded up, so the bound stated above holds.
     ENTRY_BYTES = 200
 
     DEFAULT_MAX_BYTES = 20 * 1024 * 1024  # 100,000 entries: a 1,000-message history in 100 sessions
@@ -235,7 +237,7 @@ class CachingEstimator:
         self.max_entries = max(1, max_bytes // self.ENTRY_BYTES)
         self.hits = 0
         self.misses = 0
-        self._cache: dict[bytes, int] = {}
+        self._cache: dict[bytes | str, int] = {}  # str: chain hashes
         self._lock = threading.Lock()
 
     def count_text(self, text: str) -> int:
@@ -250,14 +252,13 @@ class CachingEstimator:
         """Cached by the message's chain hash too: equal chain hashes mean equal canonical messages (after
         equal histories), so a hit is never wrong. A miss (a message new to this chain) is counted through
         the content cache, so a forked history's copies of known messages are still not counted again."""
-        key = _chain_key(chain_hash)
-        cached = self._cache.get(key) if key is not None else None
+        cached = self._cache.get(chain_hash)  # only chain hashes are ever stored under a str key
         if cached is not None:
             self.hits += 1
             return cached
         count = self.count_message(message)
-        if key is not None:
-            self._store(key, count)
+        if _is_chain_hash(chain_hash):
+            self._store(chain_hash, count)
         return count
 
     def known_count_at(self, chain_hash: str) -> int | None:
@@ -265,12 +266,9 @@ class CachingEstimator:
         return self.known_counts_at([chain_hash])[0]
 
     def known_counts_at(self, chain_hashes: Sequence[str]) -> list[int | None]:
-        """``known_count_at`` of each of ``chain_hashes``, in one pass."""
-        get = self._cache.get
-        try:  # a key per hash as _chain_key makes it, without a call per hash: these are whole histories
-            counts = [get(_CHAIN + bytes.fromhex(h[:32])) if len(h) == 64 else None for h in chain_hashes]
-        except ValueError:  # not hex: such a name is never cached
-            counts = [get(key) if (key := _chain_key(h)) is not None else None for h in chain_hashes]
+        """``known_count_at`` of each of ``chain_hashes``, in one C-speed pass (the hash strings are the keys,
+        and a resent history's are the very string objects of the last turn, their hashes computed once)."""
+        counts: list[int | None] = list(map(self._cache.get, chain_hashes))
         self.hits += len(counts) - counts.count(None)
         return counts
 
@@ -288,7 +286,7 @@ class CachingEstimator:
         self._store(key, value)
         return value
 
-    def _store(self, key: bytes, value: int) -> None:
+    def _store(self, key: bytes | str, value: int) -> None:
         with self._lock:
             if key not in self._cache and len(self._cache) >= self.max_entries:
                 # Insertion-ordered dict: evicting the oldest entry keeps the cache bounded without an LRU.
@@ -296,19 +294,19 @@ class CachingEstimator:
             self._cache[key] = value
 
 
-# Key prefixes: message digests start with b"f" or b"c" (see message_digest), so the spaces never meet.
-_TEXT, _TOOLS, _CHAIN = b"t", b"T", b"h"
+# Key prefixes: message digests start with b"f" or b"c" (see message_digest), so the spaces never meet;
+# chain hashes are str keys, never equal to a bytes key.
+_TEXT, _TOOLS = b"t", b"T"
 
 
-def _chain_key(chain_hash: str) -> bytes | None:
-    """The cache key of a SHA-256 hex chain hash (``proxy/canonical.py``): its first 128 bits, like every
-    other key here. ``None`` for anything else, which is then counted by content only."""
-    if len(chain_hash) != 64:
-        return None
-    try:
-        return _CHAIN + bytes.fromhex(chain_hash[:32])
-    except ValueError:
-        return None
+def _is_chain_hash(name: str) -> bool:
+    """Whether ``name`` is a SHA-256 hex chain hash (``proxy/canonical.py``), the only str keys stored: a
+    64-character string (113 bytes, usually the very object the chain memo holds) keeps an entry within
+    ``ENTRY_BYTES``. Anything else is counted by content only."""
+    return len(name) == 64 and _HEX.fullmatch(name) is not None
+
+
+_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 def _digest(text: str) -> bytes:

@@ -450,6 +450,24 @@ def test_cache_memory_stays_within_its_byte_bound_under_many_large_distinct_entr
     assert cache.misses == 8_000
 
 
+def test_chain_hash_entries_stay_within_the_byte_bound() -> None:
+    # History messages are cached under their chain hash strings; with the chain memo gone, the cache
+    # alone holds each 64-character key.
+    cache = CachingEstimator(FixedEstimator(), max_bytes=500 * CachingEstimator.ENTRY_BYTES)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(2_000):
+            name = format(i, "064x")
+            cache.count_message_at(name, {"role": "user", "content": "x"})
+            del name
+        retained = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(cache._cache) == cache.max_entries
+    assert retained < cache.max_bytes, f"{retained} bytes retained, bound {cache.max_bytes}"
+
+
 class FixedEstimator:
     """Counts without looking at the text, so the test measures the cache, not the estimator."""
 
