@@ -366,7 +366,7 @@ class HistoryCompactor:
         ref = work.entries[i].tool_output_ref
         if not ref or not is_valid_ref(ref) or work.messages[i].get("role") not in RESULT_ROLES:
             return False
-        named = self._previews.named_preview(work.message(i), ref, reader=work.reader)
+        named = self._previews.named_preview(work.message(i), work.entries[i].chain_hash, ref, reader=work.reader)
         if named is None:
             return False
         preview, name = named

@@ -139,16 +139,16 @@ def preview_message(
 
 
 class PreviewMemo:
-    """The preview texts made before, by reference and reader: a resent history's bodies are previewed
-    again on every turn (the compactor re-applies what earlier turns decided), and rendering a preview
-    splits the whole body into lines.
+    """The preview texts made before, by body, reference and reader: a resent history's bodies are
+    previewed again on every turn (the compactor re-applies what earlier turns decided), and rendering a
+    preview splits the whole body into lines.
 
-    A reference names one stored body: it is derived from the chain hash of the prefix ending in that
-    tool message (``proxy/session/store.py``), and that hash covers the message's content. With the
-    policy fixed per memo, the preview (or ``None``: not shorter) is then a pure function of the
-    reference and the reader's name. Only the text (and its name) is kept; each caller gets a dict of its own. At most
-    ``max_entries`` are kept, the least recently used go first; thread-safe (a large history is
-    compacted on a worker thread).
+    A body is named by the chain hash of the prefix ending in its tool message (``chain_hash``), which
+    covers the message's content; with the policy fixed per memo, the preview (or ``None``: not shorter)
+    is then a pure function of that hash, the reference it is stored under and the reader's name. Only
+    the text (and its name) is kept; each caller gets a dict of its own. At most ``max_entries`` are
+    kept, the least recently used go first; thread-safe (a large history is compacted on a worker
+    thread).
     """
 
     DEFAULT_MAX_ENTRIES = 20_000  # previews are at most ~1.3 KB of text: a few tens of MB at most
@@ -156,26 +156,28 @@ class PreviewMemo:
     def __init__(self, policy: PreviewPolicy, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
         self.policy = policy
         self.max_entries = max_entries
-        self._texts: OrderedDict[tuple[str, str], tuple[str, str] | None] = OrderedDict()  # -> (text, name)
+        # (chain hash, reference, reader) -> (text, name), or None: no shorter preview
+        self._texts: OrderedDict[tuple[str, str, str], tuple[str, str] | None] = OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._texts)
 
     def preview_message(
-        self, message: Mapping[str, Any], ref: str, *, reader: str = READ_TOOL_OUTPUT
+        self, message: Mapping[str, Any], chain_hash: str, ref: str, *, reader: str = READ_TOOL_OUTPUT
     ) -> dict[str, Any] | None:
-        """:func:`preview_message` of ``message`` (the tool message stored under ``ref``), remembered."""
-        named = self.named_preview(message, ref, reader=reader)
+        """:func:`preview_message` of ``message`` (the tool message named ``chain_hash``, its body stored
+        under ``ref``), remembered."""
+        named = self.named_preview(message, chain_hash, ref, reader=reader)
         return None if named is None else named[0]
 
     def named_preview(
-        self, message: Mapping[str, Any], ref: str, *, reader: str = READ_TOOL_OUTPUT
+        self, message: Mapping[str, Any], chain_hash: str, ref: str, *, reader: str = READ_TOOL_OUTPUT
     ) -> tuple[dict[str, Any], str] | None:
         """``preview_message``, with a name for the preview as a chain hash names a history message: equal
         names mean equal canonical messages (the same body, reference, reader and policy), so a token
         counter can count it by name (``PrefixTokenEstimator.count_message_at``) on every later turn."""
-        key = (ref, reader)
+        key = (chain_hash, ref, reader)
         with self._lock:
             known = self._texts.get(key, _UNKNOWN)
             if known is not _UNKNOWN:
@@ -183,7 +185,7 @@ class PreviewMemo:
         if known is _UNKNOWN:
             body = content_text(message.get("content"))
             text = None if is_preview(body) else render_preview(body, ref, self.policy, reader=reader)
-            known = None if text is None else (text, self._name(ref, reader))
+            known = None if text is None else (text, self._name(chain_hash, ref, reader))
             with self._lock:
                 self._texts[key] = known
                 while len(self._texts) > self.max_entries:
@@ -195,9 +197,9 @@ class PreviewMemo:
         out["content"] = text
         return out, name
 
-    def _name(self, ref: str, reader: str) -> str:
+    def _name(self, chain_hash: str, ref: str, reader: str) -> str:
         # A space of its own: a chain hash is the SHA-256 of "<previous>\n<message hash>".
-        return hashlib.sha256(f"preview\n{ref}\n{reader}\n{self.policy!r}".encode()).hexdigest()
+        return hashlib.sha256(f"preview\n{chain_hash}\n{ref}\n{reader}\n{self.policy!r}".encode()).hexdigest()
 
 
 _UNKNOWN: Any = object()

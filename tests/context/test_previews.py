@@ -17,6 +17,7 @@ from proxy.context.previews import (
 )
 
 REF = "to_3f9a1c0011223344"
+H1, H2 = "1" * 64, "2" * 64  # chain hashes of two stored tool messages
 
 
 def _body(lines: int, width: int = 30) -> str:
@@ -100,38 +101,47 @@ def test_preview_memo_gives_what_preview_message_gives_as_a_dict_of_its_own() ->
     memo = PreviewMemo(PreviewPolicy())
     body = "\n".join(f"line {i}" for i in range(100))
     message = {"role": "tool", "tool_call_id": "c1", "content": body}
-    first = memo.preview_message(message, "r1", reader="reader")
-    again = memo.preview_message(message, "r1", reader="reader")
+    first = memo.preview_message(message, H1, "r1", reader="reader")
+    again = memo.preview_message(message, H1, "r1", reader="reader")
     assert first == again == preview_message(message, "r1", PreviewPolicy(), reader="reader")
     assert first is not again  # a caller may change its copy without touching the next caller's
-    assert memo.preview_message({"role": "tool", "tool_call_id": "c2", "content": "short"}, "r2") is None
+    assert memo.preview_message({"role": "tool", "tool_call_id": "c2", "content": "short"}, H2, "r2") is None
     # Another reader's name is another preview.
-    assert memo.preview_message(message, "r1", reader="other") == preview_message(message, "r1", reader="other")
+    assert memo.preview_message(message, H1, "r1", reader="other") == preview_message(message, "r1", reader="other")
 
 
 def test_preview_memo_keeps_at_most_its_bound_dropping_the_least_recently_used() -> None:
     memo = PreviewMemo(PreviewPolicy(), max_entries=2)
     long = {"role": "tool", "tool_call_id": "c", "content": "\n".join(str(i) for i in range(100))}
-    memo.preview_message(long, "a")
-    memo.preview_message(long, "b")
-    memo.preview_message(long, "a")  # a is now the most recently used
-    memo.preview_message(long, "c")
+    memo.preview_message(long, H1, "a")
+    memo.preview_message(long, H1, "b")
+    memo.preview_message(long, H1, "a")  # a is now the most recently used
+    memo.preview_message(long, H1, "c")
     assert len(memo) == 2
     # b went; a still answers from the memo: a body it is handed now is not read again.
-    assert memo.preview_message({"role": "tool", "content": "x"}, "a") is not None
-    assert memo.preview_message({"role": "tool", "content": "x"}, "b") is None
+    assert memo.preview_message({"role": "tool", "content": "x"}, H1, "a") is not None
+    assert memo.preview_message({"role": "tool", "content": "x"}, H1, "b") is None
 
 
 def test_a_named_preview_is_named_by_its_reference_reader_and_policy() -> None:
     long = {"role": "tool", "tool_call_id": "c", "content": "\n".join(str(i) for i in range(100))}
     memo = PreviewMemo(PreviewPolicy())
-    named = memo.named_preview(long, "a")
+    named = memo.named_preview(long, H1, "a")
     assert named is not None and named[0] == preview_message(long, "a")
-    assert memo.named_preview(dict(long), "a") == named  # the same name on every turn
+    assert memo.named_preview(dict(long), H1, "a") == named  # the same name on every turn
     names = {
         named[1],
-        memo.named_preview(long, "b")[1],  # type: ignore[index]
-        memo.named_preview(long, "a", reader="other")[1],  # type: ignore[index]
-        PreviewMemo(PreviewPolicy(head_lines=2)).named_preview(long, "a")[1],  # type: ignore[index]
+        memo.named_preview(long, H1, "b")[1],  # type: ignore[index]
+        memo.named_preview(long, H1, "a", reader="other")[1],  # type: ignore[index]
+        memo.named_preview(long, H2, "a")[1],  # type: ignore[index]  # another body under a colliding ref
+        PreviewMemo(PreviewPolicy(head_lines=2)).named_preview(long, H1, "a")[1],  # type: ignore[index]
     }
-    assert len(names) == 4 and all(len(name) == 64 for name in names)
+    assert len(names) == 5 and all(len(name) == 64 for name in names)
+
+
+def test_the_preview_memo_tells_bodies_apart_by_chain_hash_even_under_one_reference() -> None:
+    memo = PreviewMemo(PreviewPolicy())
+    first = {"role": "tool", "tool_call_id": "c", "content": "\n".join(f"first {i}" for i in range(100))}
+    second = {"role": "tool", "tool_call_id": "c", "content": "\n".join(f"second {i}" for i in range(100))}
+    assert memo.preview_message(first, H1, "to_0") == preview_message(first, "to_0")
+    assert memo.preview_message(second, H2, "to_0") == preview_message(second, "to_0")
