@@ -62,38 +62,30 @@ def test_no_assistant_latest_is_last_unit_and_no_user_no_anchor() -> None:
 _ROLES = ["system", "developer", "user", "assistant", "assistant_call", "tool", "function"]
 
 
+def _history_of(roles: list[str], rng: Any, reach: int = 1) -> list[dict[str, Any]]:
+    """A history of ``roles``; a tool result answers a call of the step ``reach`` steps back at most."""
+    history: list[dict[str, Any]] = []
+    for k, role in enumerate(roles):
+        if role == "assistant_call":
+            calls = [{"id": f"c{k}_{j}", "type": "function"} for j in range(rng.randint(1, 2))]
+            history.append({"role": "assistant", "content": None, "tool_calls": calls})
+        elif role == "tool":
+            back = 1 if reach == 1 else rng.randint(1, reach)
+            history.append({"role": "tool", "tool_call_id": f"c{k - back}_{rng.randint(0, 1)}", "content": "r"})
+        else:
+            history.append({"role": role, "content": "x"})
+    return history
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from(_ROLES), max_size=30), st.randoms())
 def test_anchor_stop_is_where_the_anchor_unit_ends(roles: list[str], rng: Any) -> None:
     # The compactor finds the task anchor without splitting the history (anchor_stop).
-    history: list[dict[str, Any]] = []
-    for k, role in enumerate(roles):
-        if role == "assistant_call":
-            calls = [{"id": f"c{k}_{j}", "type": "function"} for j in range(rng.randint(1, 2))]
-            history.append({"role": "assistant", "content": None, "tool_calls": calls})
-        elif role == "tool":
-            history.append({"role": "tool", "tool_call_id": f"c{k - 1}_{rng.randint(0, 1)}", "content": "r"})
-        else:
-            history.append({"role": role, "content": "x"})
+    history = _history_of(roles, rng)
     units = split_units(history)
     anchor = anchor_unit(history, units)
     expected = units[anchor].stop if anchor is not None else 0
     assert anchor_stop(history) == expected
-
-
-def _history_of(roles: list[str], rng: Any) -> list[dict[str, Any]]:
-    history: list[dict[str, Any]] = []
-    for k, role in enumerate(roles):
-        if role == "assistant_call":
-            calls = [{"id": f"c{k}_{j}", "type": "function"} for j in range(rng.randint(1, 2))]
-            history.append({"role": "assistant", "content": None, "tool_calls": calls})
-        elif role == "tool":
-            history.append(
-                {"role": "tool", "tool_call_id": f"c{k - rng.randint(1, 2)}_{rng.randint(0, 1)}", "content": "r"}
-            )
-        else:
-            history.append({"role": role, "content": "x"})
-    return history
 
 
 @settings(max_examples=200, deadline=None)
@@ -103,7 +95,7 @@ def _history_of(roles: list[str], rng: Any) -> list[dict[str, Any]]:
 def test_a_split_memo_splits_every_history_as_split_units_does(roles: list[str], cuts: list[int], rng: Any) -> None:
     # Turns of one session: prefixes of one history (in any order: growing, rewinding, repeating), and a
     # fork that shares a prefix; a step's results may arrive only in a later turn.
-    history = _history_of(roles, rng)
+    history = _history_of(roles, rng, reach=2)
     fork = [*history[: len(history) // 2], {"role": "user", "content": "fork"}]
     memo = SplitMemo(max_units=30)
     for cut in [*cuts, len(history)]:

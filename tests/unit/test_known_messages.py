@@ -13,6 +13,12 @@ from proxy.known_messages import KnownMessages
 from proxy.session.reconcile import ChainMemo
 from proxy.wire import check_chat_request, parse_chat_request
 
+CALL = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+}
+
 
 def _history(n: int) -> list[dict[str, Any]]:
     return [{"role": "user" if i % 2 == 0 else "assistant", "content": f"step {i}"} for i in range(n)]
@@ -60,11 +66,7 @@ def test_a_new_bad_message_after_a_known_prefix_is_refused_as_full_validation_re
 
 def test_cross_message_rules_still_see_every_message() -> None:
     known = KnownMessages()
-    call = {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
-    }
+    call = CALL
     result = {"role": "tool", "tool_call_id": "c1", "content": "ok"}
     check_chat_request({"model": "m", "messages": [{"role": "user", "content": "go"}, call, result]}, known)
     orphan = {"model": "m", "messages": [{"role": "user", "content": "go"}, result]}  # every message known
@@ -166,11 +168,7 @@ def test_a_request_orjson_cannot_encode_is_digested_one_by_one() -> None:
 
 def test_after_a_resent_prefix_the_pairing_is_checked_as_over_the_whole_request() -> None:
     known = KnownMessages()
-    call = {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
-    }
+    call = CALL
     history = [{"role": "user", "content": "go"}, call, {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
     check_chat_request({"model": "m", "messages": history}, known)
     orphan = {
