@@ -243,8 +243,9 @@ class ContextPipeline:
         # A protected contributor that declares it (identity) renders the client's system/developer messages
         # into the stable prompt, verbatim; without one they stay in the history rather than being lost.
         owned = registry.owns_client_instructions
-        instructions = [r for r in inp.history if _is_instruction(r.message)] if owned else []
-        records = [r for r in inp.history if not instructions or not _is_instruction(r.message)]
+        roles = _CLIENT_INSTRUCTION_ROLES
+        instructions = [r for r in inp.history if r.message.get("role") in roles] if owned else []
+        records = [r for r in inp.history if r.message.get("role") not in roles] if instructions else list(inp.history)
         cap = apply_message_count_cap([r.message for r in records], self._config.max_history_messages)
         progress.cap_dropped_messages, progress.cap_diagnostics = cap.dropped_messages, cap.diagnostics
         kept = [records[i] for i in cap.kept_indices]
@@ -427,7 +428,3 @@ class _Pass:
         prompt_cost = estimator.count_message({"role": "system", "content": prompt}) if prompt else 0
         tool_cost = estimator.count_tools(tools) if tools else 0
         return prompt_cost + tool_cost + sum(estimator.count_message(m) for m in hidden)
-
-
-def _is_instruction(message: Mapping[str, Any]) -> bool:
-    return message.get("role") in _CLIENT_INSTRUCTION_ROLES

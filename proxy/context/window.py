@@ -118,16 +118,22 @@ class AtomicHistoryWindowPolicy:
             )
         messages: list[dict[str, Any]] = []
         indices: list[int] = []
-        for k, unit in enumerate(units):
-            if not keep[k]:
-                continue
-            for i in range(unit.start, unit.stop):
-                messages.append(_as_dict(history[i]))
-                indices.append(i)
-            if k == anchor and checkpoint is not None:
-                messages.append(dict(checkpoint))
-        if checkpoint is not None and anchor is None:
-            messages.insert(0, dict(checkpoint))
+        if all(keep):  # nothing dropped (a history that fits): all of it in one pass, the checkpoint after the anchor
+            messages = [m if type(m) is dict else dict(m) for m in history]
+            indices = list(range(len(history)))
+            if checkpoint is not None:
+                messages.insert(units[anchor].stop if anchor is not None else 0, dict(checkpoint))
+        else:
+            for k, unit in enumerate(units):
+                if not keep[k]:
+                    continue
+                for i in range(unit.start, unit.stop):
+                    messages.append(_as_dict(history[i]))
+                    indices.append(i)
+                if k == anchor and checkpoint is not None:
+                    messages.append(dict(checkpoint))
+            if checkpoint is not None and anchor is None:
+                messages.insert(0, dict(checkpoint))
         stats = WindowStatistics(
             limit_tokens=limit_tokens,
             input_messages=len(history),

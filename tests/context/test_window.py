@@ -120,6 +120,30 @@ def test_everything_kept_when_it_fits(history: list[dict[str, Any]]) -> None:
     assert list(out.messages) == history and out.statistics.dropped_messages == 0
 
 
+@settings(max_examples=30, deadline=None)
+@given(histories())
+def test_a_checkpoint_goes_right_after_the_anchor_whether_or_not_anything_is_dropped(
+    history: list[dict[str, Any]],
+) -> None:
+    checkpoint = user("<checkpoint>completed: the early steps</checkpoint>")
+    anchor = next(i for i, m in enumerate(history) if m["role"] == "user")
+    everything = WINDOW.apply(history, limit_tokens=10**7, estimator=EST, checkpoint=checkpoint)
+    assert list(everything.messages) == [*history[: anchor + 1], checkpoint, *history[anchor + 1 :]]
+    assert list(everything.kept_indices) == list(range(len(history)))
+    minimum = cost([*history[: anchor + 1], checkpoint, *history[last_assistant(history) :]])
+    try:
+        tight = WINDOW.apply(history, limit_tokens=minimum + 1, estimator=EST, checkpoint=checkpoint)
+    except AssemblyFailed:
+        return  # unfinished calls or pinned messages past the minimum: nothing to compare
+    kept = list(tight.kept_indices)
+    position = sum(1 for i in kept if i <= anchor)  # the checkpoint follows the anchor's unit
+    assert list(tight.messages) == [
+        *(history[i] for i in kept[:position]),
+        checkpoint,
+        *(history[i] for i in kept[position:]),
+    ]
+
+
 def test_drops_oldest_units_and_keeps_checkpoint_after_anchor() -> None:
     history = [user("task: analyse the spectra"), assistant("old " * 300), call(["c1", "c2"])]
     history += [result("c2", "two " * 300), result("c1", "one " * 300), assistant("recent"), user("go on")]
