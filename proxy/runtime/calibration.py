@@ -161,7 +161,7 @@ class TokenCalibrator:
 def local_count(estimator: TokenEstimator, llm_input: Mapping[str, Any]) -> int:
     """The estimator's count of a provider call's messages and tools, as sent."""
     messages = llm_input.get("messages") or []
-    total = sum(counts_of(estimator, [m for m in messages if isinstance(m, Mapping)]))
+    total = sum(counts_of(estimator, [m for m in messages if type(m) is dict or isinstance(m, Mapping)]))
     tools = llm_input.get("tools") or []
     return total + estimator.count_tools([t for t in tools if isinstance(t, Mapping)])
 
