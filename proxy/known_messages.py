@@ -17,8 +17,8 @@ those messages, types and key order included). Its digests are then taken as the
 messages need no validation: the request passed it whole.
 
 Only digests (17 bytes each) are kept for single messages, at most ``max_entries`` of them; the
-requests' encodings (and their digests) at most ``max_request_bytes`` in all; the least recently used go first. The chat
-edge decodes large bodies on two worker threads at once, hence the lock.
+requests' encodings (and their digests) at most ``max_request_bytes`` in all; the least recently used
+go first. The chat edge decodes large bodies on two worker threads at once, hence the lock.
 """
 
 from __future__ import annotations
@@ -97,7 +97,8 @@ class KnownMessages:
         if len(digests) != count:
             return None
         # ``prefix`` is ``[m1,...,mk]``: the request is the same, or starts with those ``k`` messages and a comma.
-        if encoded == prefix or (encoded.startswith(prefix[:-1]) and encoded[len(prefix) - 1] == _COMMA):
+        comma = encoded[len(prefix) - 1 : len(prefix)] == b","  # a slice: never an index past the end
+        if encoded == prefix or (comma and encoded.startswith(prefix[:-1])):
             return digests
         return None
 
@@ -142,7 +143,6 @@ class KnownMessages:
             self._request_bytes -= _request_size(*forgotten)
 
 
-_COMMA = ord(",")
 _DIGEST_SLOT_BYTES = 64  # a 17-byte digest as a bytes object and its list slot, rounded up
 
 
