@@ -28,7 +28,7 @@ from bench.assembly import make_history  # noqa: E402 - after the offline set-up
 from bench.levers_store import ROUTE, _body, _runner, _with_store  # noqa: E402
 from proxy import jsonio, startup_gc  # noqa: E402
 from proxy.config import ModelRoute  # noqa: E402
-from proxy.context import compactor, turn_estimator, validator, window  # noqa: E402
+from proxy.context import turn_estimator, validator, window, working_history  # noqa: E402
 from proxy.context.previews import PreviewMemo  # noqa: E402
 from proxy.context.units import SplitMemo, split_units  # noqa: E402
 from proxy.identity import SessionIdentity  # noqa: E402
@@ -74,7 +74,7 @@ def _one_by_one(estimator: Any, messages: Sequence[Mapping[str, Any]]) -> list[i
 @contextmanager
 def _counts_one_by_one() -> Iterator[None]:
     """As before the lever: each stage counts message by message, and the assembly names its history again."""
-    users = (validator, window, compactor, calibration, turn)
+    users = (validator, window, working_history, calibration, turn)
     saved = [module.counts_of for module in users]
     name_messages = turn_estimator.TurnEstimator.name_messages
 

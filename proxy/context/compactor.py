@@ -24,7 +24,6 @@ and the latest step are never summarized, so a protocol-valid history stays prot
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -32,10 +31,11 @@ from typing import Any, Protocol
 from proxy.canonical import HistoryEntry, chain_hashes, content_text
 from proxy.context.checkpoint import Checkpoint, build_summary_request, validate_checkpoint
 from proxy.context.pressure import Pressure, PressureConfig, measure_pressure
-from proxy.context.previews import READ_TOOL_OUTPUT, PreviewMemo, PreviewPolicy, is_preview, is_valid_ref
-from proxy.context.turn_estimator import TurnEstimator, count_named, counts_of
+from proxy.context.previews import READ_TOOL_OUTPUT, PreviewMemo, PreviewPolicy, is_valid_ref
+from proxy.context.turn_estimator import TurnEstimator, count_named
 from proxy.context.types import TokenEstimator
-from proxy.context.units import RESULT_ROLES, SplitMemo, Unit, anchor_stop, latest_step_start, split_units
+from proxy.context.units import RESULT_ROLES, SplitMemo, Unit
+from proxy.context.working_history import WorkingHistory, split_tail
 
 # Counting a history is pure CPU: seconds for 20,000 messages seen for the first time. On the event loop
 # that would stall every other session's request for as long, so a large history is counted (and its
@@ -47,7 +47,6 @@ from proxy.context.units import RESULT_ROLES, SplitMemo, Unit, anchor_stop, late
 OFFLOAD_MESSAGES = 500
 OFFLOAD_CHARS = 500_000
 
-SPLIT_NOTE = "[the first {cut:,} characters of this message are summarized in the checkpoint above]\n"
 SPLIT_HEAD_NOTE = "(the first part of a long message; its rest stays verbatim after the checkpoint)\n"
 
 
@@ -135,107 +134,6 @@ class CompactionResult:
         return list(self.messages[:i] + self.messages[i + 1 :]), self.messages[i]
 
 
-class _Working:
-    """The history being compacted: a verbatim head, the checkpoint, then visible entries from ``start``."""
-
-    def __init__(
-        self,
-        entries: Sequence[HistoryEntry],
-        estimator: TokenEstimator,
-        nonce: str,
-        reader: str,
-        splits: SplitMemo | None = None,
-    ) -> None:
-        self.entries = entries
-        self.splits = splits
-        self.estimator = estimator
-        self.nonce = nonce  # the session's framing nonce, on the checkpoint message
-        self.reader = reader  # the name previews give the proxy's tool-output reader
-        self.messages: list[dict[str, Any]] = [e.message for e in entries]
-        # Found without splitting: the split is made only when previews or a checkpoint need it.
-        self.head_end = anchor_stop(self.messages)
-        self.checkpoint: Checkpoint | None = None
-        self.start = self.head_end
-        self.visible: dict[int, dict[str, Any]] = {}  # entry index -> replacement (preview or split tail)
-        self.costs = counts_of(estimator, self.messages)
-        self.checkpoint_cost = 0
-
-    @functools.cached_property
-    def units(self) -> list[Unit]:
-        if self.splits is None:
-            return split_units(self.messages)
-        return self.splits.split(self.messages, [entry.chain_hash for entry in self.entries])
-
-    @functools.cached_property
-    def latest(self) -> int:
-        """Where the latest step begins (``latest_step_start``), as a message index."""
-        return self.units[latest_step_start(self.messages, self.units)].start if self.units else 0
-
-    def message(self, i: int) -> dict[str, Any]:
-        visible = self.visible.get(i)
-        return self.messages[i] if visible is None else visible
-
-    def replace(self, i: int, message: dict[str, Any]) -> None:
-        self.visible[i] = message
-        self.costs[i] = self.estimator.count_message(message)
-
-    def set_checkpoint(self, checkpoint: Checkpoint, covers: int) -> None:
-        self.checkpoint = checkpoint
-        self.checkpoint_cost = self.estimator.count_message(checkpoint.message(self.nonce))
-        if checkpoint.split_chars:
-            self.start = covers
-            text = content_text(self.messages[covers].get("content"))
-            self.replace(covers, _split_tail(self.messages[covers], text, checkpoint.split_chars))
-        else:
-            self.start = covers + 1
-
-    def total(self) -> int:
-        return sum(self.costs[: self.head_end]) + self.checkpoint_cost + sum(self.costs[self.start :])
-
-    def render(self) -> list[dict[str, Any]]:
-        # Unchanged messages are passed on as they are (see ``window._as_dict``); replacements are new dicts.
-        # Copied as a list slice, then the few replacements put in (a call per message is most of the cost).
-        out = self.messages[: self.head_end]
-        if self.checkpoint is not None:
-            out.append(self.checkpoint.message(self.nonce))
-        offset = len(out) - self.start
-        out.extend(self.messages[self.start :])
-        for i, replacement in self.visible.items():
-            if i >= self.start:
-                out[i + offset] = replacement
-        return out
-
-    def visible_units(self) -> tuple[Unit, ...] | None:
-        """The units of the history ``render`` gives without the checkpoint message, from those of the
-        entries (when they were made, or are cheap to make from a split memo; ``None`` otherwise). Head and
-        visible part are each whole units (the anchor is a unit of its own, a checkpoint covers whole units
-        or splits a user message), and a preview or split tail keeps its message's role and ids, so these
-        are what splitting it would give."""
-        units = self.units if self.splits is not None else self.__dict__.get("units")  # cheap, or if it was needed
-        if units is None:
-            return None
-        if self.checkpoint is None:
-            return tuple(units)
-        head, start = self.head_end, self.start
-        if any(u.start < head < u.stop or u.start < start < u.stop for u in units):
-            return None  # not whole units after all: let the window split it
-        shift = start - head
-        kept = [u for u in units if u.stop <= head]
-        return (*kept, *(Unit(u.start - shift, u.stop - shift, u.kind, u.missing) for u in units if u.start >= start))
-
-    def visible_costs(self) -> tuple[int, ...]:
-        """The token counts of the history ``render`` gives without the checkpoint message."""
-        return (*self.costs[: self.head_end], *self.costs[self.start :])
-
-    def previewed_refs(self) -> list[str]:
-        visible, messages = self.visible, self.messages
-        return [
-            ref
-            for i, entry in enumerate(self.entries[self.start :], self.start)
-            if (ref := entry.tool_output_ref) and is_preview(content_text(visible.get(i, messages[i]).get("content")))
-        ]
-
-
 def _costly(history: Sequence[HistoryEntry], estimator: TokenEstimator) -> bool:
     """Whether trimming ``history`` is worth a worker thread: a large history, unless the turn counted it
     already (a resent history, named when the turn began), when what is left costs less than the hop."""
@@ -258,12 +156,6 @@ def is_large(history: Sequence[HistoryEntry]) -> bool:
             texts = (part.get("text") for part in content if isinstance(part, Mapping))
             chars += sum(len(text) for text in texts if isinstance(text, str))
     return chars >= OFFLOAD_CHARS
-
-
-def _split_tail(message: Mapping[str, Any], text: str, cut: int) -> dict[str, Any]:
-    out = dict(message)
-    out["content"] = SPLIT_NOTE.format(cut=cut) + text[cut:]
-    return out
 
 
 class HistoryCompactor:
@@ -313,9 +205,9 @@ class HistoryCompactor:
             window=window,
         )
 
-        def trim() -> tuple[_Working, Pressure, CompactionTrace]:
+        def trim() -> tuple[WorkingHistory, Pressure, CompactionTrace]:
             """Steps 0 and 1: everything before the summarizer, all synchronous."""
-            work = _Working(history, estimator, nonce, reader, self._splits)
+            work = WorkingHistory(history, estimator, nonce, reader, self._splits)
             before = fixed_tokens + sum(work.costs)
             trace = CompactionTrace(None, limit, pressure.threshold_tokens, pressure.target_tokens, before)
             self._reapply(work, checkpoints, set(previewed_refs), trace)
@@ -343,7 +235,7 @@ class HistoryCompactor:
         )
 
     def _reapply(
-        self, work: _Working, checkpoints: Collection[Checkpoint], previewed: set[str], trace: CompactionTrace
+        self, work: WorkingHistory, checkpoints: Collection[Checkpoint], previewed: set[str], trace: CompactionTrace
     ) -> None:
         """Step 0: the stored checkpoint of the longest covered prefix, and earlier previews."""
         position = {e.chain_hash: i for i, e in enumerate(work.entries)} if checkpoints else {}
@@ -362,7 +254,7 @@ class HistoryCompactor:
             if ref is not None and ref in previewed and i not in work.visible and self._try_preview(work, i):
                 trace.reapplied_refs.append(ref)
 
-    def _try_preview(self, work: _Working, i: int) -> bool:
+    def _try_preview(self, work: WorkingHistory, i: int) -> bool:
         ref = work.entries[i].tool_output_ref
         if not ref or not is_valid_ref(ref) or work.messages[i].get("role") not in RESULT_ROLES:
             return False
@@ -377,7 +269,7 @@ class HistoryCompactor:
         work.replace(i, preview)
         return True
 
-    def _preview_old_bodies(self, work: _Working, pressure: Pressure) -> list[str]:
+    def _preview_old_bodies(self, work: WorkingHistory, pressure: Pressure) -> list[str]:
         """Step 1: previews, oldest first, until under the target; then oversized latest-step bodies."""
         done: list[str] = []
         target = pressure.history_target
@@ -395,7 +287,7 @@ class HistoryCompactor:
         return done
 
     async def _summarize(
-        self, work: _Working, pressure: Pressure, summarizer: Summarizer, known: set[str], trace: CompactionTrace
+        self, work: WorkingHistory, pressure: Pressure, summarizer: Summarizer, known: set[str], trace: CompactionTrace
     ) -> bool:
         """Step 2: rounds of summarization, each over the next oldest slice; True if one succeeded."""
         config = self.config
@@ -418,7 +310,7 @@ class HistoryCompactor:
 
     async def _summarize_round(
         self,
-        work: _Working,
+        work: WorkingHistory,
         plan: _Plan,
         summarizer: Summarizer,
         known: set[str],
@@ -442,7 +334,7 @@ class HistoryCompactor:
         tail_cost = 0
         if plan.cut:
             text = content_text(work.messages[covers].get("content"))
-            tail_cost = estimator.count_message(_split_tail(work.messages[covers], text, plan.cut))
+            tail_cost = estimator.count_message(split_tail(work.messages[covers], text, plan.cut))
         trace.summary_source_tokens = source_tokens
         for _ in range(self.config.max_summary_attempts):
             trace.attempts += 1
@@ -479,7 +371,7 @@ class HistoryCompactor:
         return False
 
 
-def _reusable(work: _Working, checkpoint: Checkpoint, i: int) -> bool:
+def _reusable(work: WorkingHistory, checkpoint: Checkpoint, i: int) -> bool:
     """A stored checkpoint applies if its boundary is still a unit boundary before the latest step."""
     if i >= work.latest:
         return False
@@ -499,7 +391,7 @@ class _Plan:
     capped: bool  # the source cap cut the slice short; another round may follow
 
 
-def _plan_round(work: _Working, suffix_budget: int, source_cap: int, min_split: int) -> _Plan | None:
+def _plan_round(work: WorkingHistory, suffix_budget: int, source_cap: int, min_split: int) -> _Plan | None:
     """Choose the kept suffix by token cost, then the oldest slice before it within ``source_cap``."""
     units = [u for u in work.units if u.start >= work.start]
     barrier = max(work.start, min([work.latest] + [u.start for u in units if u.unfinished]))
@@ -536,14 +428,14 @@ def _plan_round(work: _Working, suffix_budget: int, source_cap: int, min_split: 
     return _Plan(stop, cut, capped)
 
 
-def _head_cost(work: _Working, i: int, cut: int) -> int:
+def _head_cost(work: WorkingHistory, i: int, cut: int) -> int:
     """Tokens of the part of a split user message that goes to the summarizer."""
     text = content_text(work.messages[i].get("content"))
     offset = work.checkpoint.split_chars if work.checkpoint and work.start == i else 0
     return work.estimator.count_message({"role": "user", "content": SPLIT_HEAD_NOTE + text[offset:cut]})
 
 
-def _split_user_message(work: _Working, unit: Unit, budget: int) -> int:
+def _split_user_message(work: WorkingHistory, unit: Unit, budget: int) -> int:
     """Where to cut a long user message so that its kept tail costs at most ``budget`` tokens, or 0.
 
     Only a plain-text user message is split. The cut is the smallest character position whose tail
@@ -558,11 +450,11 @@ def _split_user_message(work: _Working, unit: Unit, budget: int) -> int:
         return 0
     offset = work.checkpoint.split_chars if work.checkpoint and work.start == i else 0
     low, high = offset + 1, len(text) - 1
-    if low > high or work.estimator.count_message(_split_tail(message, text, high)) > budget:
+    if low > high or work.estimator.count_message(split_tail(message, text, high)) > budget:
         return 0
     while low < high:
         mid = (low + high) // 2
-        if work.estimator.count_message(_split_tail(message, text, mid)) <= budget:
+        if work.estimator.count_message(split_tail(message, text, mid)) <= budget:
             high = mid
         else:
             low = mid + 1

@@ -13,7 +13,6 @@ from proxy.canonical import HistoryEntry, content_text
 from proxy.context.checkpoint import Checkpoint, is_checkpoint_message, quote_body
 from proxy.context.compactor import (
     OFFLOAD_MESSAGES,
-    SPLIT_NOTE,
     CompactionConfig,
     CompactionResult,
     HistoryCompactor,
@@ -23,6 +22,7 @@ from proxy.context.estimators import CachingEstimator, ConservativeTokenEstimato
 from proxy.context.previews import is_preview
 from proxy.context.tool_output_reader import read_tool_output
 from proxy.context.units import split_units
+from proxy.context.working_history import SPLIT_NOTE
 
 NONCE = "0123456789abcdef"  # a framing nonce (a session's is 16 hex digits)
 
