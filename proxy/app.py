@@ -42,6 +42,7 @@ from proxy.observe.telemetry import Telemetry
 from proxy.replay.recorder import Recorder, RecordingMiddleware
 from proxy.report.inspector import Inspector
 from proxy.request_reader import RequestReader
+from proxy.resent_requests import ResentRequests
 from proxy.runtime.answers import Completion
 from proxy.runtime.assembly import Assembler
 from proxy.runtime.provider import ProviderBackend
@@ -97,6 +98,7 @@ def create_app(
     heap = HeapTrimmer(glibc_trim())  # returns what large requests freed to the OS (proxy/heap_trim.py)
     reader = RequestReader(settings.max_request_bytes, on_body=heap.note_body)
     known_messages = KnownMessages()  # the chat edge validates a resent history's messages once
+    resent_requests = ResentRequests()  # ... and decodes and digests them once
     # Record and replay (proxy/replay/): off unless a record folder is set, then nothing is wrapped.
     recorder = Recorder(settings.record_dir) if settings.record_dir is not None else None
 
@@ -145,8 +147,10 @@ def create_app(
     async def chat_completions(request: Request) -> Response:
         _authorize(request, settings)
         # Validated on the reader's worker thread with the decode, for a large body: seconds of CPU at 20,000 messages.
-        parse = functools.partial(_parse, max_messages=settings.max_request_messages, known=known_messages)
-        body, chat, digests = await reader.parsed(request, parse)
+        parse = functools.partial(
+            _parse, max_messages=settings.max_request_messages, known=known_messages, resent=resent_requests
+        )
+        body, chat, digests = await reader.decoded(request, parse)
         route = settings.route(chat.model)
         if route is None:
             raise ModelNotFound(
@@ -318,10 +322,13 @@ async def _release(*held: object) -> None:
 
 
 def _parse(
-    body: dict[str, Any], max_messages: int, known: KnownMessages
+    raw: bytes, max_messages: int, known: KnownMessages, resent: ResentRequests
 ) -> tuple[dict[str, Any], ChatCompletionRequest, list[bytes] | None]:
-    """Validate a decoded chat body (pure CPU: runs on the reader's worker thread for large bodies); with
-    it, the exact digest of each message (the chain memo takes them instead of digesting again)."""
+    """Decode and validate a chat body (pure CPU: runs on the reader's worker thread for large bodies);
+    with it, the exact digest of each message (the chain memo takes them instead of digesting again).
+    The messages it resends of a recent request (``proxy/resent_requests.py``) come decoded and digested."""
+    decoded = resent.decode(raw)
+    body = decoded.body
     messages = body.get("messages")
     if isinstance(messages, list) and len(messages) > max_messages:
         raise InvalidRequest(
@@ -330,7 +337,9 @@ def _parse(
             param="messages",
             code="too_many_messages",
         )
-    chat, digests = check_chat_request(body, known)
+    chat, digests = check_chat_request(body, known, decoded.resent, decoded.resent_digests)
+    if digests is not None:
+        resent.remember(decoded, digests)
     return body, chat, digests
 
 

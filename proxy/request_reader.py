@@ -9,6 +9,7 @@ stall every other session's request.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -40,10 +41,15 @@ class RequestReader:
 
     async def parsed(self, request: Request, then: Callable[[dict[str, Any]], T]) -> T:
         """``then`` of the decoded body, both on a worker thread for a large body (``then`` must be pure CPU)."""
+        return await self.decoded(request, functools.partial(_decode_then, then=then))
+
+    async def decoded(self, request: Request, decode: Callable[[bytes], T]) -> T:
+        """``decode`` of the raw body, on a worker thread for a large body (``decode`` must be pure CPU and
+        decode with :func:`~proxy.request_body.decode_body`)."""
         raw = await self.raw(request)
         if len(raw) > OFFLOAD_BYTES:
-            return await asyncio.get_running_loop().run_in_executor(self._pool, _decode_then, raw, then)
-        return _decode_then(raw, then)
+            return await asyncio.get_running_loop().run_in_executor(self._pool, decode, raw)
+        return decode(raw)
 
     async def raw(self, request: Request) -> bytes:
         """The raw body, refusing an oversized one before reading it whole."""

@@ -9,7 +9,7 @@ results) are checked here so a bad request fails before anything is stored.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
@@ -25,6 +25,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from proxy.canonical import exact_digest
 from proxy.errors import InvalidRequest
 from proxy.known_messages import KnownMessages
 
@@ -243,16 +244,19 @@ def parse_chat_request(body: Any) -> ChatCompletionRequest:
     return request
 
 
-def check_chat_request(body: Any, known: KnownMessages) -> tuple[ChatCompletionRequest, list[bytes] | None]:
+def check_chat_request(
+    body: Any, known: KnownMessages, resent: int = 0, resent_digests: Sequence[bytes] = ()
+) -> tuple[ChatCompletionRequest, list[bytes] | None]:
     """``parse_chat_request``, validating only the messages ``known`` has not seen validated (see
-    ``proxy/known_messages.py``); the cross-message rules still see every message. Returns the
-    validated request, whose ``messages`` are only those validated now (read its other fields), and
-    the exact digest of every message, for the chain memo (``None`` when the body had no message list)."""
+    ``proxy/known_messages.py``); the cross-message rules still see every message. ``resent``: how many
+    leading messages repeat a request that passed whole (``proxy/resent_requests.py``), with their
+    ``resent_digests``. Returns the validated request, whose ``messages`` are only those validated now
+    (read its other fields), and the exact digest of every message, for the chain memo (``None`` when
+    the body had no message list)."""
     messages = body.get("messages") if isinstance(body, dict) else None
     if not isinstance(messages, list) or not messages:
         return parse_chat_request(body), None
-    digested = known.digest(messages)
-    digests, resent = digested.digests, digested.resent
+    digests = [*resent_digests, *map(exact_digest, messages[resent:])]
     # A resent prefix passed as a whole before; of the rest, what no request had. The last message is new
     # on nearly every turn; keeping it also keeps the list valid (non-empty).
     fresh = [resent + index for index in known.unknown(digests[resent:])] or [len(messages) - 1]
@@ -260,7 +264,7 @@ def check_chat_request(body: Any, known: KnownMessages) -> tuple[ChatCompletionR
     request = validated(ChatCompletionRequest, subset, lambda errors: _chat_error(errors, fresh))
     # A resent prefix was a whole valid request: every call in it answered, nothing pending at its end.
     check_tool_pairing(messages, start=resent)
-    known.remember_request(digested)
+    known.remember(digests[resent:])
     return request, digests
 
 

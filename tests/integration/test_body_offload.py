@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy import request_reader
+from proxy import request_reader, resent_requests
 from proxy.demo.scripted_provider import Reply
 from proxy.request_reader import OFFLOAD_BYTES
 
@@ -38,6 +38,7 @@ def decodes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, str, bool]]:
         return real(raw)
 
     monkeypatch.setattr(request_reader, "decode_body", noting)
+    monkeypatch.setattr(resent_requests, "decode_body", noting)  # the chat route decodes through its memo
     return seen
 
 
@@ -60,7 +61,9 @@ def test_a_large_body_is_decoded_off_the_event_loop_and_a_small_one_on_it(start_
         for index, body in enumerate(bodies):
             response = http.post(route, json=body, headers={"x-session-id": f"offload-{index}"})
             assert response.status_code == 200, response.text
-    (large_size, large_thread, large_on_loop), (small_size, _, small_on_loop) = decodes
+    # The chat route's memo also decodes small parts of a large body (on the same thread): the body itself
+    # is the largest decode, and the small request's decode the last one.
+    (large_size, large_thread, large_on_loop), (small_size, _, small_on_loop) = max(decodes), decodes[-1]
     assert large_size > OFFLOAD_BYTES > small_size
     assert not large_on_loop and large_thread.startswith("request-parse")
     assert small_on_loop

@@ -1,0 +1,266 @@
+"""Chat requests that resend a recent request's messages, recognized by their bytes: the resent messages
+are neither decoded, digested nor validated again.
+
+Agents resend their whole history on every turn, so a turn's body is the previous body's bytes up to the
+end of its last message, a comma, the new messages and the rest of the body. Decoding a 1,000-message
+history (megabytes), checking what it decoded and digesting each message was the larger part of what the
+proxy spent on a turn. A body that starts with a remembered request's bytes up to the end of its
+``messages`` array's last element, then a comma (or the array's end), repeats exactly those messages: a
+JSON value is its text, and the bytes before them (``{"model": ..., "messages": [``) are the same, so they
+sit in the same place. Only the rest is decoded here, as two small documents: the new messages, and the
+body with its ``messages`` array replaced by a random marker string, which must come back as the value
+of ``messages`` (so the array is the one a decoder keeps, not shadowed by a later duplicate key). Both go
+through :func:`~proxy.request_body.decode_body`, the one place a client's JSON is decoded, with all its
+checks; anything unusual (a lone surrogate, a malformed tail, an unexpected layout) falls back to
+decoding the whole body there, which also names the problem of a bad one.
+
+A request is remembered only after it passed validation (``remember``), with its messages as decoded
+(kept here, never handed out: every turn gets its own copies of the containers, so whatever a turn does
+to its messages cannot change what the next turn decodes), their exact digests, and its bytes up to
+the end of the last message. At most ``max_bytes`` in all, a request's body bytes counted three times
+(its decoded messages hold its text again, with the dicts around it); least recently used first out.
+Decodes run on two worker threads at once, hence the lock.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from proxy.errors import InvalidRequest
+from proxy.request_body import decode_body
+
+_WHITESPACE = b" \t\r\n"
+_MESSAGES_KEY = b'"messages"'
+_MARKER = secrets.token_hex(16)  # stands in for the messages array; no client can guess it
+_MARKER_JSON = orjson.dumps(_MARKER)
+_CHECK_BYTES = 64  # compared first: different sessions differ just before their prefix ends
+_MIN_MESSAGES = 8  # shorter requests decode in microseconds: not worth remembering
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    raw: bytes  # the body
+    length: int  # how much of it is its prefix: up to the end of its messages array's last element
+    start: int  # where the array's ``[`` is
+    messages: tuple[Any, ...]  # as decoded, never handed out
+    digests: tuple[bytes, ...]
+
+    @property
+    def size(self) -> int:
+        """What it holds, in bytes: the body, and its messages' text twice again (decoded, with the
+        dicts around it)."""
+        return len(self.raw) + 2 * self.length
+
+
+@dataclass
+class ChatBody:
+    """A decoded chat body, and how many of its leading messages repeat a request validated before
+    (``resent``), with their exact digests."""
+
+    body: dict[str, Any]
+    resent: int = 0
+    resent_digests: tuple[bytes, ...] = ()
+    _layout: tuple[bytes, int, int, tuple[Any, ...]] | None = field(default=None, repr=False)  # for ``remember``
+    _continues: int | None = field(default=None, repr=False)  # the remembered request it repeats
+
+
+class ResentRequests:
+    """A bounded, thread-safe memo of recent chat requests, by their bytes."""
+
+    DEFAULT_MAX_BYTES = 48 * 1024 * 1024  # a 5,000-message history (13 MB of body) and a few smaller ones
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, max_requests: int = 256) -> None:
+        self.max_bytes = max_bytes
+        self.max_requests = max_requests
+        self._requests: OrderedDict[int, _Request] = OrderedDict()  # oldest first
+        self._bytes = 0
+        self._next_key = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._requests)
+
+    def decode(self, raw: bytes) -> ChatBody:
+        """``raw`` decoded as :func:`~proxy.request_body.decode_body` decodes it (``InvalidRequest`` for a
+        bad body), its resent messages taken from the request they repeat."""
+        for key, known in self._candidates(raw):
+            resent = _continued(raw, known)
+            if resent is not None:
+                resent._continues = key
+                return resent
+        body = decode_body(raw)
+        return ChatBody(body, _layout=_layout(raw, body))
+
+    def remember(self, chat: ChatBody, digests: list[bytes]) -> None:
+        """Remember a request whose messages all passed validation, with every message's exact digest."""
+        if chat._layout is None:
+            return
+        raw, length, start, messages = chat._layout
+        known = _Request(raw, length, start, messages, tuple(digests))
+        if len(messages) != len(digests) or known.size > self.max_bytes:
+            return
+        with self._lock:
+            if chat._continues is not None:
+                self._forget(chat._continues)  # the session's next turn repeats this one, not that one
+            self._requests[self._next_key] = known
+            self._next_key += 1
+            self._bytes += known.size
+            while self._bytes > self.max_bytes or len(self._requests) > self.max_requests:
+                self._forget(next(iter(self._requests)))
+
+    def _candidates(self, raw: bytes) -> list[tuple[int, _Request]]:
+        with self._lock:
+            recent = list(reversed(self._requests.items()))
+        out = []
+        for key, known in recent:
+            end = known.length
+            if len(raw) > end and raw[max(0, end - _CHECK_BYTES) : end] == known.raw[max(0, end - _CHECK_BYTES) : end]:
+                out.append((key, known))
+        return out
+
+    def _forget(self, key: int) -> None:
+        known = self._requests.pop(key, None)
+        if known is not None:
+            self._bytes -= known.size
+
+
+def _continued(raw: bytes, known: _Request) -> ChatBody | None:
+    """``raw`` decoded as ``known``'s messages and some more, or ``None`` when it does not continue it."""
+    if not raw.startswith(memoryview(known.raw)[: known.length]):  # compared in place: no copy of megabytes
+        return None
+    after = _skip_whitespace(raw, known.length)
+    separator = raw[after : after + 1]
+    if separator == b"]":
+        new: list[Any] = []
+        end = after
+    elif separator == b",":
+        tail = _new_messages(b"[" + raw[after + 1 :])
+        if tail is None:
+            return None
+        new, length = tail
+        end = after + length - 1  # the tail's "[" stands where the comma is
+    else:
+        return None
+    rest = _rest(raw, known.start, end)
+    if rest is None:
+        return None
+    mine = [_fresh(message) for message in known.messages]
+    rest["messages"] = [*mine, *new]
+    kept = (*known.messages, *(_fresh(message) for message in new))
+    return ChatBody(rest, len(mine), known.digests, (raw, _prefix_length(raw, end), known.start, kept))
+
+
+def _new_messages(tail: bytes) -> tuple[list[Any], int] | None:
+    """The JSON array ``tail`` starts with, decoded, and its length in bytes; ``None`` for anything but
+    a non-empty array of plain JSON (a lone surrogate, say: the whole body's decode settles those)."""
+    try:
+        orjson.loads(tail)
+    except orjson.JSONDecodeError as exc:
+        # orjson decodes the array, then stops at what follows it; an error inside the array stops it
+        # earlier, and then no ``]`` before that point closes an array that starts the text.
+        length = tail.rfind(b"]", 0, _byte_offset(tail, exc)) + 1
+    else:
+        return None  # the whole rest of the body is one array: the body is not an object
+    if length <= 0:
+        return None
+    try:
+        decoded = decode_body(b'{"messages":' + tail[:length] + b"}")  # its checks, at the body's depth
+    except InvalidRequest:
+        return None
+    messages = decoded["messages"]
+    if not isinstance(messages, list) or not messages:
+        return None
+    return messages, length
+
+
+def _rest(raw: bytes, start: int, end: int) -> dict[str, Any] | None:
+    """The body with the messages array at ``raw[start : end + 1]`` replaced by the marker, decoded; ``None``
+    unless it is an object whose ``messages`` is the marker (the array is the value a decoder keeps)."""
+    try:
+        rest = decode_body(raw[:start] + _MARKER_JSON + raw[end + 1 :])
+    except InvalidRequest:
+        return None
+    return rest if rest.get("messages") == _MARKER else None
+
+
+def _layout(raw: bytes, body: dict[str, Any]) -> tuple[bytes, int, int, tuple[Any, ...]] | None:
+    """Where ``body``'s messages array lies in ``raw`` (the length of its prefix, where its ``[`` is),
+    with a copy of its messages to keep; ``None`` when it is short or cannot be found for certain."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or len(messages) < _MIN_MESSAGES:
+        return None
+    start = _array_start(raw)
+    if start is None:
+        return None
+    try:
+        orjson.loads(memoryview(raw)[start:])
+    except orjson.JSONDecodeError as exc:
+        # ``raw`` decoded whole, so the array at ``start`` is complete: orjson stops right after it.
+        end = raw.rfind(b"]", start, start + _byte_offset(raw, exc))
+    else:
+        return None
+    if end < 0 or _rest(raw, start, end) is None:
+        return None
+    return raw, _prefix_length(raw, end), start, tuple(_fresh(message) for message in messages)
+
+
+def _array_start(raw: bytes) -> int | None:
+    """Where the top-level ``"messages"`` member's array starts in ``raw``, when it is found for certain:
+    what comes before the key decodes as the opening of an object (``{``, or members and a comma)."""
+    key = raw.find(_MESSAGES_KEY)
+    while key >= 0:
+        head = raw[:key].strip(_WHITESPACE)
+        if head == b"{" or (head.endswith(b",") and _is_object(head[:-1] + b"}")):
+            colon = _skip_whitespace(raw, key + len(_MESSAGES_KEY))
+            start = _skip_whitespace(raw, colon + 1)
+            return start if raw[colon : colon + 1] == b":" and raw[start : start + 1] == b"[" else None
+        key = raw.find(_MESSAGES_KEY, key + 1)
+    return None
+
+
+def _is_object(text: bytes) -> bool:
+    try:
+        return isinstance(orjson.loads(text), dict)
+    except orjson.JSONDecodeError:
+        return False
+
+
+def _skip_whitespace(raw: bytes, at: int) -> int:
+    """The position of the first byte from ``at`` on that is not JSON whitespace (looked for in a window)."""
+    window = raw[at : at + 256]
+    return at + len(window) - len(window.lstrip(_WHITESPACE))
+
+
+def _byte_offset(text: bytes, exc: orjson.JSONDecodeError) -> int:
+    """Where in ``text`` orjson stopped: it counts characters, which are bytes only in ASCII."""
+    if text.isascii():
+        return exc.pos
+    return len(exc.doc[: exc.pos].encode("utf-8"))
+
+
+def _prefix_length(raw: bytes, end: int) -> int:
+    """How much of ``raw`` is the array's prefix: up to its ``]`` at ``end``, whitespace before it trimmed."""
+    while end > 0 and raw[end - 1] in _WHITESPACE:
+        end -= 1
+    return end
+
+
+def _fresh(value: Any) -> Any:
+    """A copy of ``value``'s dicts and lists (their strings and numbers, immutable, are shared); copied
+    whole, then its nested containers replaced, which is half the time of building each anew."""
+    copy = value.copy()
+    if type(value) is dict:
+        for key, item in value.items():
+            if type(item) is dict or type(item) is list:
+                copy[key] = _fresh(item)
+    elif type(value) is list:
+        for index, item in enumerate(value):
+            if type(item) is dict or type(item) is list:
+                copy[index] = _fresh(item)
+    return copy
