@@ -57,3 +57,19 @@ def test_the_young_threshold_lever_times_both_thresholds_and_restores_the_collec
     assert figures["before_ms"] > 0 and figures["after_ms"] > 0
     assert gc.get_threshold() == before
     gc.unfreeze()  # the lever froze what the test process had made, as the app does
+
+
+def test_the_message_steps_lever_times_litellm_s_steps_and_the_one_pass():
+    from bench.fast_path import message_steps_lever
+
+    figures = message_steps_lever(messages=40, repeats=2)
+    validate(figures)
+    assert figures["before_ms"] > 0 and figures["after_ms"] > 0
+
+
+def test_the_validation_reuse_lever_times_the_edge_with_and_without_the_resent_memo():
+    from bench.levers import validation_reuse_lever
+
+    figures = validation_reuse_lever(messages=40, repeats=2)
+    validate(figures)
+    assert figures["before_ms"] > 0 and figures["after_ms"] > 0

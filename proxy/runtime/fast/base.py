@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 
 from proxy import jsonio
+from proxy.runtime.fast.messages import pinned_translations, plain_messages, translates_unchanged
 
 # Keys of a provider call every route understands; a route adds its own (Azure's ``api_version``).
 ROUTE_KEYS = frozenset({"model", "messages", "api_base", "api_key", "timeout", "max_retries", "num_retries"})
@@ -43,6 +44,7 @@ class Route:
     def __init__(self, litellm: Any, parts: dict[str, Any]) -> None:
         self._litellm = litellm
         self._parts = parts
+        self._pinned = pinned_translations(parts)
 
     def accepts(self, llm_input: dict[str, Any]) -> bool:
         """The shape every route asks for; ``_accepts`` adds the provider's own conditions."""
@@ -80,27 +82,33 @@ class Route:
         and ``stop`` validation, the provider, the developer role, the optional params."""
         p = self._parts
         params = {key: llm_input.get(key) for key in self.params}
-        messages = p["validate_and_fix_openai_messages"](messages=list(llm_input["messages"]))
+        # The message steps in one pass for plain messages (``fast/messages.py``), else litellm's own.
+        plain = plain_messages(llm_input["messages"])
+        messages = (
+            plain if plain is not None else p["validate_and_fix_openai_messages"](messages=list(llm_input["messages"]))
+        )
         params["tools"] = p["validate_and_fix_openai_tools"](tools=params.get("tools"))
         params["tool_choice"] = p["validate_chat_completion_tool_choice"](
             tool_choice=params.get("tool_choice"), model=llm_input["model"]
         )
         params["stop"] = p["validate_openai_optional_params"](stop=params.get("stop"))
-        messages = p["get_completion_messages"](
-            messages=messages,
-            ensure_alternating_roles=False,
-            user_continue_message=None,
-            assistant_continue_message=None,
-        )
+        if plain is None:
+            messages = p["get_completion_messages"](
+                messages=messages,
+                ensure_alternating_roles=False,
+                user_continue_message=None,
+                assistant_continue_message=None,
+            )
         model, provider, dynamic_key, api_base = p["get_llm_provider"](
             model=llm_input["model"], api_base=llm_input["api_base"], api_key=llm_input["api_key"]
         )
         config = p["ProviderConfigManager"].get_provider_chat_config(model=model, provider=p["LlmProviders"](provider))
-        messages = list(
-            config.translate_developer_role_to_system_role(
-                messages=messages, model=model, custom_llm_provider=provider, api_base=api_base, model_info={}
+        if plain is None or not translates_unchanged(config, self._pinned):
+            messages = list(
+                config.translate_developer_role_to_system_role(
+                    messages=messages, model=model, custom_llm_provider=provider, api_base=api_base, model_info={}
+                )
             )
-        )
         optional = p["get_optional_params"](
             model=model,
             custom_llm_provider=provider,

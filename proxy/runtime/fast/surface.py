@@ -33,6 +33,8 @@ LITELLM_SURFACE: dict[str, tuple[str, ...]] = {
     ),
     "litellm.llms.azure.common_utils": ("AzureOpenAIError",),
     "litellm.llms.azure.chat.gpt_transformation": ("AzureOpenAIConfig",),
+    "litellm.llms.openai.chat.gpt_transformation": ("OpenAIGPTConfig",),
+    "litellm.llms.base_llm.chat.transformation": ("BaseConfig",),
     "litellm.llms.anthropic.chat.transformation": ("AnthropicConfig",),
     "litellm.llms.anthropic.common_utils": ("AnthropicError",),
     "litellm.llms.custom_httpx.http_handler": ("MaskedHTTPStatusError",),
