@@ -15,7 +15,7 @@ from proxy.canonical import exact_digest
 from proxy.errors import InvalidRequest
 from proxy.known_messages import KnownMessages
 from proxy.request_body import decode_body
-from proxy.resent_requests import ChatBody, ResentRequests
+from proxy.resent_requests import ORJSON_TRAILING_CONTENT, ChatBody, ResentRequests
 from proxy.wire import check_chat_request
 
 CALL = {
@@ -143,6 +143,40 @@ def test_new_messages_orjson_refuses_are_decoded_with_the_whole_body() -> None:
         b'"PLACEHOLDER"', b'"x", "n": 123456789012345678901234567890'
     )  # beyond 64 bits: the reference decode keeps it exact
     assert memo.decode(big).body["messages"][-1]["n"] == 123456789012345678901234567890
+
+
+def test_orjson_still_says_where_a_value_ends_as_the_memo_reads_it() -> None:
+    with pytest.raises(orjson.JSONDecodeError) as raised:
+        orjson.loads(b'[1, "\xc3\xbc"] , "x"')
+    # the position of what follows, in characters (the comma is byte 10: "ü" is two bytes)
+    assert raised.value.msg.startswith(ORJSON_TRAILING_CONTENT) and raised.value.pos == 9
+
+
+@pytest.mark.parametrize(
+    "after",
+    [
+        rb'"tools": [{"type": "function", "function": {"name": "bad \udc00 name"}}]',  # orjson refuses it
+        b'"user": "caf\xc3"',  # bad UTF-8 after the messages: orjson reports it at the start
+        b'"stop": ["]", "],"]',
+    ],
+)
+def test_what_follows_the_new_messages_is_decoded_as_the_whole_body_decodes_it(after: bytes) -> None:
+    memo, known = ResentRequests(), KnownMessages()
+    history = _history(10)
+    head = json.dumps({"model": "m", "messages": history})
+    _turn(memo, known, (head[:-1] + ', "n": 1}').encode())
+    raw = json.dumps({"model": "m", "messages": [*history, {"role": "user", "content": "?"}]}).encode()
+    raw = raw[:-1] + b", " + after + b"}"
+    try:
+        whole = decode_body(raw)
+    except InvalidRequest as refused:
+        with pytest.raises(InvalidRequest) as here:
+            memo.decode(raw)
+        assert here.value.message == refused.message
+        return
+    decoded = memo.decode(raw)
+    assert decoded.resent == 10  # the new message and what follows it decoded on their own
+    assert json.dumps(decoded.body) == json.dumps(whole)
 
 
 @pytest.mark.parametrize(
