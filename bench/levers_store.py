@@ -157,7 +157,7 @@ def begin_turn_lever(repeats: int = 200) -> dict[str, Any]:
         "before_ms": timings["separate_calls_ms"],
         "after_ms": timings["one_call_ms"],
         "what": f"median store time of a small turn's start over {repeats} turns (SQLite): the separate calls "
-        f"it replaced, then begin_turn; a real turn now makes {len(calls)} store calls",
+        f"it replaced, then begin_turn; a real turn now makes {len(calls)} store call{'' if len(calls) == 1 else 's'}",
         "saved_ms": round(timings["separate_calls_ms"] - timings["one_call_ms"], 3),
         **timings,
         "store_calls_per_small_request": len(calls),

@@ -137,6 +137,7 @@ def create_app(
         finally:
             reader.close()
             heap.stop()
+            await services.runner.calibrator.flush()  # the last answers' samples, no turn left to write them
             aclose = getattr(services.backend, "aclose", None)
             if owned_backend and aclose is not None:
                 await aclose()  # the provider connections, before the loop they belong to stops

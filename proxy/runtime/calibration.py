@@ -4,8 +4,10 @@ With ``SCIENCE_AGENT_CONTEXT_ESTIMATOR=calibrated`` (the default) a route's coun
 (``o200k_base`` / ``cl100k_base`` by model family) times the route's correction
 (``proxy/context/calibration.py``); each answer that reports ``usage.prompt_tokens`` adds a sample,
 the provider's count over the local tiktoken count of the exact request sent. The samples live in the
-session store, so replicas share them and a restart keeps them. ``tiktoken`` counts with tiktoken
-alone, ``conservative`` with the tokenizer-free upper estimate; neither learns.
+session store, so replicas share them and a restart keeps them; each is written by the next turn's
+``begin_turn`` in its transaction (one store round trip per turn), or by ``flush`` when the app stops.
+``tiktoken`` counts with tiktoken alone, ``conservative`` with the tokenizer-free upper estimate;
+neither learns.
 
 Statistics are kept per configured route (``route:<model_name>``); without a ``model_list``, per
 provider model string (``model:<litellm model>``), at most ``UNROUTED_CALIBRATIONS`` of them.
@@ -29,7 +31,7 @@ from proxy.context.estimators import (
 from proxy.context.turn_estimator import TurnEstimator, counts_of
 from proxy.context.types import TokenEstimator
 from proxy.offline import prepare_offline_environment
-from proxy.session.store import SessionStore, StoreError
+from proxy.session.store import CalibrationUpdate, SessionStore, StoreError
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +58,7 @@ class TokenCalibrator:
         self._configured = {route.model_name for route in settings.models}
         self._conservative = CachingEstimator(ConservativeTokenEstimator())
         self._tiktoken: dict[str, CachingEstimator] = {}  # one cache per encoding, shared by every route
+        self._pending: list[CalibrationUpdate] = []  # samples not written yet (see ``observe``)
 
     @property
     def conservative(self) -> CachingEstimator:
@@ -84,6 +87,7 @@ class TokenCalibrator:
         key = self.stored_key(route)
         stored = None
         if key is not None:
+            await self.flush()  # the samples learnt since the last turn began count too
             try:
                 stored = await self._store.calibration(key)
             except StoreError as exc:
@@ -145,12 +149,28 @@ class TokenCalibrator:
         def update(current: Any) -> Any:
             return Calibration.from_record(current).observe(local, provider_tokens).to_record()
 
-        keep = None if group == "route" else UNROUTED_CALIBRATIONS
-        try:
-            await self._store.update_calibration(key, group, update, keep)
-        except StoreError as exc:
-            # The answer is the client's whatever happens here; one lost sample costs nothing.
-            logger.warning("token calibration of %s not stored (%s)", key, exc)
+        # Written by the next turn's begin_turn, in its transaction (one store round trip per turn, and
+        # none between the answer and the client), or by ``flush``.
+        self._pending.append(CalibrationUpdate(key, group, update, None if group == "route" else UNROUTED_CALIBRATIONS))
+
+    def take_pending(self) -> list[CalibrationUpdate]:
+        """The samples learnt since the last turn began, oldest first, for ``begin_turn`` to write; give them
+        back with ``restore`` when that fails."""
+        pending, self._pending = self._pending, []
+        return pending
+
+    def restore(self, pending: list[CalibrationUpdate]) -> None:
+        """Samples a failed ``begin_turn`` did not write: ahead of those learnt since."""
+        self._pending[:0] = pending
+
+    async def flush(self) -> None:
+        """Write the samples no turn has written yet (a read outside a turn, and on shutdown)."""
+        for pending in self.take_pending():
+            try:
+                await self._store.update_calibration(pending.route_key, pending.group, pending.update, pending.keep)
+            except StoreError as exc:
+                # The answers are the clients' whatever happens here; a lost sample costs nothing.
+                logger.warning("token calibration of %s not stored (%s)", pending.route_key, exc)
 
     def _key(self, route: ModelRoute) -> tuple[str, str]:
         if route.model_name in self._configured:

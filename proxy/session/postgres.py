@@ -27,6 +27,7 @@ from proxy.session.postgres_schema import check_schema_name, migrate
 from proxy.session.store import (
     SECRET_BYTES,
     BranchView,
+    CalibrationUpdate,
     Reconciliation,
     SkillRef,
     StoreError,
@@ -168,6 +169,7 @@ class PostgresSessionStore:
         branch_counter: str | None = None,
         calibration: str | None = None,
         chain_hashes: Sequence[str] | None = None,
+        calibration_updates: Sequence[CalibrationUpdate] = (),
     ) -> TurnStart:
         """Reconcile, count the call and read its branch view in one transaction on one connection."""
         hashes = rc.given_or_computed(context_id, messages, chain_hashes, self._hash_memo)
@@ -186,6 +188,13 @@ class PostgresSessionStore:
             if branch_counter is not None:
                 branch = rc.branch_count(hashes, found.get(branch_counter) or {})
                 await _put_state(conn, context_id, hashes[-1], branch_counter, branch.number)
+            # Last, like the other writes: each locks its route's row until the commit, in the order of
+            # their keys (the same in every transaction: no deadlock; a key's own samples keep theirs).
+            # The route read above is then as these updates leave it.
+            for pending in sorted(calibration_updates, key=lambda update: update.route_key):
+                value = await _update_calibration(conn, pending)
+                if pending.route_key == calibration:
+                    stored = value
             return TurnStart(reconciliation, turn, view, branch, stored)
 
         return await self._write(work)
@@ -347,34 +356,8 @@ class PostgresSessionStore:
         self, route_key: str, group: str, update: Callable[[Any | None], Any], keep: int | None = None
     ) -> Any:
         """Read, update and write the route's calibration with its row locked; trim the group to ``keep``."""
-
-        async def work(conn: Any) -> Any:
-            # The row exists before it is locked, so two replicas' first samples for a route take turns
-            # instead of one overwriting the other.
-            await conn.execute(
-                "INSERT INTO token_calibration (route_key, route_group, state) VALUES ($1, $2, 'null'::json)"
-                " ON CONFLICT (route_key) DO NOTHING",
-                route_key,
-                group,
-            )
-            text = await conn.fetchval("SELECT state FROM token_calibration WHERE route_key = $1 FOR UPDATE", route_key)
-            value = update(rc.load_json(text))
-            await conn.execute(
-                "UPDATE token_calibration SET state = $2::json, updated_at = clock_timestamp() WHERE route_key = $1",
-                route_key,
-                rc.json_text(value),
-            )
-            if keep is not None:
-                await conn.execute(
-                    "DELETE FROM token_calibration WHERE route_group = $1 AND route_key NOT IN ("
-                    " SELECT route_key FROM token_calibration WHERE route_group = $1"
-                    " ORDER BY updated_at DESC, route_key LIMIT $2)",
-                    group,
-                    keep,
-                )
-            return value
-
-        return await self._write(work)
+        pending = CalibrationUpdate(route_key, group, update, keep)
+        return await self._write(lambda conn: _update_calibration(conn, pending))
 
 
 def split_url_options(url: str) -> tuple[str, dict[str, str]]:
@@ -515,3 +498,32 @@ async def _is_ancestor(conn: Any, context_id: str, candidate: str, head: str, po
         candidate,
     )
     return found is not None
+
+
+async def _update_calibration(conn: Any, pending: CalibrationUpdate) -> Any:
+    """``update_calibration`` inside the caller's transaction, with the route's row locked."""
+    key, group = pending.route_key, pending.group
+    # The row exists before it is locked, so two replicas' first samples for a route take turns
+    # instead of one overwriting the other.
+    await conn.execute(
+        "INSERT INTO token_calibration (route_key, route_group, state) VALUES ($1, $2, 'null'::json)"
+        " ON CONFLICT (route_key) DO NOTHING",
+        key,
+        group,
+    )
+    text = await conn.fetchval("SELECT state FROM token_calibration WHERE route_key = $1 FOR UPDATE", key)
+    value = pending.update(rc.load_json(text))
+    await conn.execute(
+        "UPDATE token_calibration SET state = $2::json, updated_at = clock_timestamp() WHERE route_key = $1",
+        key,
+        rc.json_text(value),
+    )
+    if pending.keep is not None:
+        await conn.execute(
+            "DELETE FROM token_calibration WHERE route_group = $1 AND route_key NOT IN ("
+            " SELECT route_key FROM token_calibration WHERE route_group = $1"
+            " ORDER BY updated_at DESC, route_key LIMIT $2)",
+            group,
+            pending.keep,
+        )
+    return value

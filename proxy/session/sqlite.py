@@ -29,6 +29,7 @@ from proxy.session.sqlite_schema import migrate
 from proxy.session.store import (
     SECRET_BYTES,
     BranchView,
+    CalibrationUpdate,
     Reconciliation,
     SkillRef,
     StoreError,
@@ -209,11 +210,14 @@ class SqliteSessionStore:
         branch_counter: str | None = None,
         calibration: str | None = None,
         chain_hashes: Sequence[str] | None = None,
+        calibration_updates: Sequence[CalibrationUpdate] = (),
     ) -> TurnStart:
         """Reconcile, count the call and read its branch view in one transaction on the writer thread."""
         hashes = rc.given_or_computed(context_id, messages, chain_hashes, self._hash_memo)
 
         def work(conn: sqlite3.Connection) -> TurnStart:
+            for pending in calibration_updates:
+                _update_calibration(conn, pending)
             reconciliation = _reconcile(conn, context_id, scope, messages, hashes)
             turn = _next_turn(conn, context_id)
             chain = rc.view_chain(hashes)
@@ -369,25 +373,28 @@ class SqliteSessionStore:
         self, route_key: str, group: str, update: Callable[[Any | None], Any], keep: int | None = None
     ) -> Any:
         """Read, update and write the route's calibration under the one writer; trim the group to ``keep``."""
+        pending = CalibrationUpdate(route_key, group, update, keep)
+        return await self._w().write(lambda conn: _update_calibration(conn, pending))
 
-        def work(conn: sqlite3.Connection) -> Any:
-            row = conn.execute("SELECT state FROM token_calibration WHERE route_key = ?", (route_key,)).fetchone()
-            value = update(None if row is None else rc.load_json(row[0]))
-            conn.execute(
-                "INSERT INTO token_calibration (route_key, route_group, state, updated_at) VALUES (?, ?, ?, ?)"
-                " ON CONFLICT (route_key) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at",
-                (route_key, group, rc.json_text(value), _now()),
-            )
-            if keep is not None:
-                conn.execute(
-                    "DELETE FROM token_calibration WHERE route_group = ? AND route_key NOT IN ("
-                    " SELECT route_key FROM token_calibration WHERE route_group = ?"
-                    " ORDER BY updated_at DESC, route_key LIMIT ?)",
-                    (group, group, keep),
-                )
-            return value
 
-        return await self._w().write(work)
+def _update_calibration(conn: sqlite3.Connection, pending: CalibrationUpdate) -> Any:
+    """``update_calibration`` inside the caller's transaction."""
+    key, group = pending.route_key, pending.group
+    row = conn.execute("SELECT state FROM token_calibration WHERE route_key = ?", (key,)).fetchone()
+    value = pending.update(None if row is None else rc.load_json(row[0]))
+    conn.execute(
+        "INSERT INTO token_calibration (route_key, route_group, state, updated_at) VALUES (?, ?, ?, ?)"
+        " ON CONFLICT (route_key) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at",
+        (key, group, rc.json_text(value), _now()),
+    )
+    if pending.keep is not None:
+        conn.execute(
+            "DELETE FROM token_calibration WHERE route_group = ? AND route_key NOT IN ("
+            " SELECT route_key FROM token_calibration WHERE route_group = ?"
+            " ORDER BY updated_at DESC, route_key LIMIT ?)",
+            (group, group, pending.keep),
+        )
+    return value
 
 
 def _reconcile(

@@ -43,6 +43,16 @@ class UnknownSession(StoreError):
 
 
 @dataclass(frozen=True)
+class CalibrationUpdate:
+    """One ``update_calibration`` call, made later (``begin_turn`` applies it in its transaction)."""
+
+    route_key: str
+    group: str
+    update: Callable[[Any | None], Any]
+    keep: int | None = None
+
+
+@dataclass(frozen=True)
 class Reconciliation:
     """How a request's messages relate to what the store already knew."""
 
@@ -142,10 +152,12 @@ class SessionStore(Protocol):
         branch_counter: str | None = None,
         calibration: str | None = None,
         chain_hashes: Sequence[str] | None = None,
+        calibration_updates: Sequence[CalibrationUpdate] = (),
     ) -> TurnStart:
         """Start a model turn in ONE transaction (one round trip): reconcile the request as ``reconcile``
         does, count the call with ``next_turn``, and read the ``branch_view`` of ``channels`` along the
-        request's chain.
+        request's chain. ``calibration_updates`` are applied first, in order, as ``update_calibration``
+        applies one (the samples earlier answers taught, written with this turn instead of after theirs).
 
         ``branch_counter`` names a state channel that counts calls along a chain: its value at the
         nearest prefix *before* the request's head (the root ``""`` excluded) plus one is written at the

@@ -270,19 +270,22 @@ class CountingStore:
         return counted
 
 
-async def test_a_small_turn_makes_one_store_call_before_the_provider_call(
-    tmp_path: Path, store: SqliteSessionStore
-) -> None:
+async def test_a_small_turn_makes_one_store_call(tmp_path: Path, store: SqliteSessionStore) -> None:
     counting = CountingStore(store)
     runner, _ = runner_for(tmp_path, counting, lambda llm_input: completion({"content": "ok"}))
     await runner.run(body(), IDENTITY, ROUTE)
+    key = runner.calibrator.stored_key(ROUTE)
+    assert key is not None and await store.calibration(key) is None  # the sample waits for the next turn
     await runner.run(
         {**body(), "messages": [*body()["messages"], {"role": "assistant", "content": "ok"}]}, IDENTITY, ROUTE
     )
     # begin_turn before each provider call (reconcile, numbering, branch state, checkpoints, calibration),
-    # the calibration sample after it.
-    assert counting.calls == ["begin_turn", "update_calibration"] * 2
+    # which also writes the samples the answers before it taught.
+    assert counting.calls == ["begin_turn"] * 2
     assert [t["session"]["branch"]["turn"] for t in traces(tmp_path).values()] == [1, 2]
+    assert await store.calibration(key) == {"samples": []}  # the first answer's (too small to teach anything)
+    await runner.calibrator.flush()  # what the app does on shutdown
+    assert counting.calls == ["begin_turn"] * 2 + ["update_calibration"]
 
 
 async def test_an_overflow_retry_and_a_proxy_round_read_the_branch_state_again(

@@ -9,7 +9,7 @@ import asyncpg
 import pytest
 
 from proxy.session.postgres_schema import lock_key
-from proxy.session.store import SessionBusy
+from proxy.session.store import CalibrationUpdate, SessionBusy
 
 pytestmark = pytest.mark.postgres
 
@@ -74,3 +74,28 @@ async def test_the_lock_is_released_when_the_turn_ends(pg_backend: Any) -> None:
             raise RuntimeError("turn failed")
 
     assert await _lock_holders(store.dsn, key) == []
+
+
+async def test_a_turn_locks_the_routes_it_writes_samples_of_in_the_order_of_their_keys(
+    pg_backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each sample locks its route's row until the commit: two turns that locked two routes in opposite
+    orders could deadlock, so every turn takes them in the order of their keys, a key's samples in theirs."""
+    from proxy.session import postgres
+
+    written: list[tuple[str, int]] = []
+    real = postgres._update_calibration
+
+    async def noted(conn: Any, pending: CalibrationUpdate) -> Any:
+        written.append((pending.route_key, pending.update(None)["n"]))
+        return await real(conn, pending)
+
+    monkeypatch.setattr(postgres, "_update_calibration", noted)
+    keys = ["route:z", "route:a", "route:z", "route:m", "route:a"]
+    updates = [CalibrationUpdate(key, "route", lambda _, n=n: {"n": n}) for n, key in enumerate(keys)]
+    store = await pg_backend.open()
+    start = await store.begin_turn(
+        "ctx-order", "main", [{"role": "user", "content": "go"}], calibration="route:z", calibration_updates=updates
+    )
+    assert written == [("route:a", 1), ("route:a", 4), ("route:m", 3), ("route:z", 0), ("route:z", 2)]
+    assert start.calibration == {"n": 2}  # the route read is as the turn's last sample of it left it

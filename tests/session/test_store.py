@@ -16,6 +16,7 @@ from proxy.session.store import (
     SECRET_BYTES,
     BranchCount,
     BranchState,
+    CalibrationUpdate,
     SessionStore,
     SkillRef,
     UnknownSession,
@@ -770,3 +771,30 @@ async def test_internal_steps_append_in_order_per_anchor(store: SessionStore) ->
     assert await store.internal_steps("other", hashes[3]) == []
     with pytest.raises(UnknownSession):
         await store.put_internal_steps("never-seen", hashes[3], round_one)
+
+
+async def test_begin_turn_writes_the_samples_earlier_answers_taught_and_reads_the_route_after_them(
+    backend: Any,
+) -> None:
+    a = await backend.open()
+    b = await backend.open() if backend.name == "postgres" else a
+
+    def append(sample: float) -> Any:
+        return lambda current: {"samples": [*(current or {"samples": []})["samples"], sample]}
+
+    await a.update_calibration("route:m", "route", append(0))
+    updates = [CalibrationUpdate("route:m", "route", append(i)) for i in (1, 2)]
+    updates += [CalibrationUpdate("model:x", "model", append(9), keep=3)]
+    messages = [{"role": "user", "content": "go"}]
+    start = await a.begin_turn("ctx-cal", "main", messages, calibration="route:m", calibration_updates=updates)
+    assert start.calibration == {"samples": [0, 1, 2]}  # in their order, and read as they leave the route
+    assert await b.calibration("route:m") == {"samples": [0, 1, 2]}  # committed with the turn
+    assert await b.calibration("model:x") == {"samples": [9]}
+    # Two turns of two sessions at once, each writing samples of both routes: both commit.
+    both = [CalibrationUpdate("route:m", "route", append(3)), CalibrationUpdate("model:x", "model", append(8))]
+    await asyncio.gather(
+        a.begin_turn("ctx-cal-1", "main", messages, calibration_updates=both),
+        b.begin_turn("ctx-cal-2", "main", messages, calibration_updates=list(reversed(both))),
+    )
+    assert (await a.calibration("route:m"))["samples"] == [0, 1, 2, 3, 3]
+    assert (await a.calibration("model:x"))["samples"] == [9, 8, 8]
