@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from proxy.canonical import HistoryEntry
 from proxy.session import reconcile as rc
 from proxy.session.locks import SessionLocks
+from proxy.session.sqlite_checkpoints import Checkpointer, writer_pragmas
 from proxy.session.sqlite_files import ProcessLock, private_database, private_folder
 from proxy.session.sqlite_schema import migrate
 from proxy.session.store import (
@@ -72,6 +73,7 @@ class _Connection:
             _enable_wal(conn)
             # NORMAL is safe from corruption in WAL mode; a power cut may lose the last commits only.
             conn.execute("PRAGMA synchronous = NORMAL")
+            writer_pragmas(conn)  # checkpoints run on their own thread (sqlite_checkpoints.py)
         self._conn = conn
         return conn
 
@@ -148,6 +150,7 @@ class SqliteSessionStore:
         self._process_lock = ProcessLock(self.path)
         self._writer: _Connection | None = None
         self._reader: _Connection | None = None
+        self._checkpointer: Checkpointer | None = None
 
     async def open(self) -> None:
         """Lock the file for this process, make it private (created 0600 if missing), apply migrations.
@@ -168,6 +171,8 @@ class SqliteSessionStore:
             raise
         self._writer = writer
         self._reader = _Connection(self.path, query_only=True)
+        self._checkpointer = Checkpointer(self.path)
+        self._checkpointer.start()
 
     def check_free(self) -> None:
         """Raise ``DataFolderInUse`` if another process has the file now (``open`` takes the lock)."""
@@ -175,6 +180,9 @@ class SqliteSessionStore:
 
     async def close(self) -> None:
         """Close both connections and release the file; the store can be opened again."""
+        if self._checkpointer is not None:
+            await asyncio.to_thread(self._checkpointer.stop)
+            self._checkpointer = None
         for conn in (self._reader, self._writer):
             if conn is not None:
                 await conn.close()

@@ -1,0 +1,80 @@
+"""WAL checkpoints of the SQLite store, off the writer: no turn waits for one.
+
+In WAL mode SQLite appends every commit to the ``-wal`` file and, by default, the commit that takes it
+past 1,000 pages also copies those pages into the database and syncs it (an automatic checkpoint):
+about 10 ms at the end of whichever turn happens to cross the line, which was one warm turn in ten at
+1,000 messages, where a new session's first request writes megabytes. The writer connection turns that
+off (``wal_autocheckpoint = 0``) and this thread, on a connection of its own, runs a ``PASSIVE``
+checkpoint at most every ``interval`` seconds when the WAL has changed: it copies what no reader still
+needs while the writer goes on appending (SQLite allows both at once), and sqlite3 releases the GIL
+while it works. After a complete checkpoint the writer's next transaction starts the WAL over, and
+``journal_size_limit`` then cuts a file a burst made large back to that size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sqlite3
+import threading
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_INTERVAL_SECONDS = 0.5
+WAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024  # what a started-over WAL is cut back to (``journal_size_limit``)
+
+
+def writer_pragmas(conn: sqlite3.Connection) -> None:
+    """The writer's WAL settings: no checkpoint in its commits, a large WAL cut back once started over."""
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
+    conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT_BYTES}")
+
+
+class Checkpointer:
+    """Checkpoints one database's WAL on a thread of its own; ``start`` after the file is in WAL mode."""
+
+    def __init__(self, path: Path, interval: float = CHECKPOINT_INTERVAL_SECONDS) -> None:
+        self.path = path
+        self.interval = interval
+        self.checkpoints = 0  # run so far (tests and diagnostics)
+        self._wal = path.with_name(path.name + "-wal")
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._stopping.clear()
+            self._thread = threading.Thread(target=self._run, name="session-sqlite-checkpoint", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread (a checkpoint in progress finishes first); closing the store's last connection
+        checkpoints what is left."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def _run(self) -> None:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=True)
+        seen: tuple[int, int] | None = None
+        try:
+            while not self._stopping.wait(self.interval):
+                state = self._wal_state()
+                if state is None or state == seen:
+                    continue  # no WAL, or nothing written since the last checkpoint
+                try:
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    self.checkpoints += 1
+                except sqlite3.Error as exc:  # the next round tries again; the writer is not held up
+                    logger.warning("session store checkpoint of %s failed: %s", self.path, exc)
+                seen = self._wal_state()
+        finally:
+            conn.close()
+
+    def _wal_state(self) -> tuple[int, int] | None:
+        with contextlib.suppress(FileNotFoundError):
+            stat = self._wal.stat()
+            return stat.st_mtime_ns, stat.st_size
+        return None

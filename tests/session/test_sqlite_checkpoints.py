@@ -1,0 +1,84 @@
+"""``proxy.session.sqlite_checkpoints``: the SQLite store's commits never run a WAL checkpoint; a thread of
+its own copies the WAL into the database while the writer goes on."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+from proxy.session.sqlite import SqliteSessionStore
+from proxy.session.sqlite_checkpoints import Checkpointer, writer_pragmas
+
+PAGE = 4096
+ROWS = 1_600  # about 6.5 MB: well past SQLite's automatic checkpoint at 1,000 pages
+
+
+def _writer(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    writer_pragmas(conn)
+    conn.execute("CREATE TABLE IF NOT EXISTS blobs (body BLOB)")
+    return conn
+
+
+def _write(conn: sqlite3.Connection, rows: int = ROWS) -> None:
+    conn.execute("BEGIN")
+    conn.executemany("INSERT INTO blobs VALUES (?)", [(bytes([n % 251]) * PAGE,) for n in range(rows)])
+    conn.execute("COMMIT")
+
+
+def _until(condition, seconds: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
+    give_up = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > give_up:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_the_writer_commits_past_a_thousand_pages_without_checkpointing(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    conn = _writer(path)
+    for _ in range(3):
+        _write(conn)
+    # Everything is still in the WAL: no commit copied it into the database file.
+    assert path.stat().st_size < 100 * PAGE
+    assert (tmp_path / "store.db-wal").stat().st_size > 3 * ROWS * PAGE
+    conn.close()
+
+
+def test_the_checkpointer_copies_the_wal_while_the_writer_goes_on(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    conn = _writer(path)
+    checkpointer = Checkpointer(path, interval=0.05)
+    checkpointer.start()
+    try:
+        _write(conn)
+        assert _until(lambda: checkpointer.checkpoints >= 1 and path.stat().st_size > ROWS * PAGE)  # copied
+        runs = checkpointer.checkpoints
+        time.sleep(0.3)
+        assert checkpointer.checkpoints == runs  # nothing written since: no checkpoint
+        _write(conn)  # the writer is not held up, and the next write is copied too
+        assert _until(lambda: path.stat().st_size > 2 * ROWS * PAGE)
+    finally:
+        checkpointer.stop()
+        conn.close()
+    assert sqlite3.connect(path).execute("SELECT count(*) FROM blobs").fetchone() == (2 * ROWS,)
+
+
+async def test_the_store_checkpoints_on_its_own_thread_and_reopens_whole(tmp_path: Path) -> None:
+    store = SqliteSessionStore(tmp_path / "data" / "sessions.db")
+    await store.open()
+    big = [{"role": "user", "content": "x" * 200_000 + str(n)} for n in range(30)]  # about 6 MB
+    await store.reconcile("ctx", "main", big)
+    path = store.path
+    assert _until(lambda: path.stat().st_size > 5_000_000)  # the store's checkpointer copied it
+    await store.close()
+    again = SqliteSessionStore(path)
+    await again.open()
+    try:
+        head = (await again.reconcile("ctx", "main", big)).head_hash
+        assert len(await again.transcript("ctx", head)) == 30
+    finally:
+        await again.close()
