@@ -154,14 +154,9 @@ class TokenCalibrator:
         self._pending.append(CalibrationUpdate(key, group, update, None if group == "route" else UNROUTED_CALIBRATIONS))
 
     def take_pending(self) -> list[CalibrationUpdate]:
-        """The samples learnt since the last turn began, oldest first, for ``begin_turn`` to write; give them
-        back with ``restore`` when that fails."""
+        """The samples learnt since the last turn began, oldest first, for ``begin_turn`` to write."""
         pending, self._pending = self._pending, []
         return pending
-
-    def restore(self, pending: list[CalibrationUpdate]) -> None:
-        """Samples a failed ``begin_turn`` did not write: ahead of those learnt since."""
-        self._pending[:0] = pending
 
     async def flush(self) -> None:
         """Write the samples no turn has written yet (a read outside a turn, and on shutdown)."""

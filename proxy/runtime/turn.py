@@ -150,21 +150,18 @@ class TurnRunner:
         limits = self.limits_for(route)  # first: a window the output reserve fills is refused before any write
         # One store round trip: reconcile, number the call (on its branch too, when traced), and read what
         # the assembler and the token accounting need. The branch's turn lock is already held.
-        samples = self.calibrator.take_pending()  # what earlier answers taught, written in the same transaction
-        try:
-            start = await self.store.begin_turn(
-                identity.context_id,
-                identity.scope,
-                body["messages"],
-                () if mode == "legacy" else self.assembler.channels,
-                branch_counter=BRANCH_TURNS if self.traces is not None else None,
-                calibration=self.calibrator.stored_key(route),
-                chain_hashes=hashes,
-                calibration_updates=samples,
-            )
-        except BaseException:
-            self.calibrator.restore(samples)  # the next turn writes them
-            raise
+        start = await self.store.begin_turn(
+            identity.context_id,
+            identity.scope,
+            body["messages"],
+            () if mode == "legacy" else self.assembler.channels,
+            branch_counter=BRANCH_TURNS if self.traces is not None else None,
+            calibration=self.calibrator.stored_key(route),
+            chain_hashes=hashes,
+            # What earlier answers taught, written first (a failed begin_turn loses them: a lost sample
+            # costs nothing, and one that broke the write must not break the next turn too).
+            calibration_updates=self.calibrator.take_pending(),
+        )
         return TurnRequest(
             identity,
             mode,
