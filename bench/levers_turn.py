@@ -167,7 +167,8 @@ def _young_threshold(threshold: int) -> Iterator[None]:
 
 
 def young_threshold_lever(messages: int = MESSAGES, repeats: int = 15) -> dict[str, Any]:
-    """Milliseconds of a warm turn with young collections every 700 new objects, then every 10,000."""
+    """Milliseconds of a warm turn with young collections every 700 new objects, then every
+    ``startup_gc.YOUNG_THRESHOLD``."""
     gc.freeze()  # as the app does once started: the collector walks only what turns make
     variants = {
         "default": lambda: _young_threshold(700),
@@ -175,7 +176,7 @@ def young_threshold_lever(messages: int = MESSAGES, repeats: int = 15) -> dict[s
     }
     figures = _alternate(variants, messages, repeats, route=COMPACTING, decoded=True)
     return {
-        "lever": "young collections every 10,000 objects",
+        "lever": f"young collections every {startup_gc.YOUNG_THRESHOLD:,} objects",
         "before_ms": figures["default"],
         "after_ms": figures["raised"],
         "what": f"median warm compacting turn in-process at {messages:,} messages, its body decoded from JSON, "

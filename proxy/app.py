@@ -50,7 +50,7 @@ from proxy.runtime.services import build_runner
 from proxy.runtime.turn import TurnRunner
 from proxy.session import open_store
 from proxy.session.store import SessionStore
-from proxy.startup_gc import frozen_start_up
+from proxy.startup_gc import collect_after_turn, frozen_start_up
 from proxy.wire import ChatCompletionRequest, check_chat_request
 
 if TYPE_CHECKING:
@@ -314,12 +314,18 @@ def _authorize(request: Request, settings: Settings) -> None:
 def _freed_after(*held: object) -> BackgroundTask:
     """A task that runs once the response is sent, holding ``held`` until then: a 1,000-message turn's
     objects (the decoded body, the turn's memos) take a millisecond or two to free, after the client has
-    its answer rather than before."""
-    return BackgroundTask(_release, *held)
+    its answer rather than before; then what outlived the turn may be collected (``startup_gc``)."""
+    return _FreedAfter(held)
 
 
-async def _release(*held: object) -> None:
-    """Nothing: what it held goes when the sent response does."""
+class _FreedAfter(BackgroundTask):
+    def __init__(self, held: tuple[object, ...]) -> None:
+        super().__init__(collect_after_turn)
+        self._held: tuple[object, ...] = held
+
+    async def __call__(self) -> None:
+        self._held = ()  # the turn's objects go now, before the collection walks what is left
+        collect_after_turn()
 
 
 def _parse(

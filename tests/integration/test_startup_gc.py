@@ -42,6 +42,22 @@ def test_after_start_up_litellm_s_objects_are_frozen_and_unfrozen_when_the_app_s
     assert counts["before"] == 0
     assert counts["frozen"] > 100_000, counts  # litellm alone leaves ~378,000 tracked objects
     assert counts["after"] == 0, counts
-    # While it serves, young collections come after 10,000 new objects instead of 700; then as before.
-    assert counts["default"][0] == 700 and counts["serving"] == [10_000, *counts["default"][1:]], counts
+    # While it serves, young collections come after 100,000 new objects instead of 700; then as before.
+    assert counts["default"][0] == 700 and counts["serving"] == [100_000, *counts["default"][1:]], counts
     assert counts["restored"] == counts["default"], counts
+
+
+def test_a_sent_answer_collects_what_outlived_the_turns_once_enough_has() -> None:
+    import gc
+
+    from proxy.startup_gc import AFTER_TURN_YOUNG, collect_after_turn
+
+    gc.collect()
+    kept = [{"n": n} for n in range(AFTER_TURN_YOUNG // 2)]  # survivors, but not enough yet
+    before = gc.get_count()[0]
+    collect_after_turn()
+    assert gc.get_count()[0] >= before  # no collection: the young generation is left as it was
+    kept += [{"n": n} for n in range(AFTER_TURN_YOUNG)]
+    collect_after_turn()
+    assert gc.get_count()[0] < AFTER_TURN_YOUNG // 10  # one young collection walked them (and moved them on)
+    assert len(kept) == AFTER_TURN_YOUNG * 3 // 2
