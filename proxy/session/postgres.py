@@ -21,6 +21,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import asyncpg
 
 from proxy.canonical import HistoryEntry
+from proxy.session import postgres_calibration as calibrations
 from proxy.session import reconcile as rc
 from proxy.session.postgres_lock import AdvisoryTurnLocks
 from proxy.session.postgres_schema import check_schema_name, migrate
@@ -181,7 +182,7 @@ class PostgresSessionStore:
             wanted = [*channels, branch_counter] if branch_counter is not None else list(channels)
             found = await _states_found(conn, context_id, chain, wanted)
             view = rc.branch_view(chain, found, channels, await _checkpoints(conn, context_id))
-            stored = await _calibration(conn, calibration) if calibration is not None else None
+            stored = await calibrations.read(conn, calibration) if calibration is not None else None
             reconciliation = await _reconcile(conn, context_id, scope, messages, hashes)
             turn = await _next_turn(conn, context_id)
             branch = None
@@ -192,7 +193,7 @@ class PostgresSessionStore:
             # their keys (the same in every transaction: no deadlock; a key's own samples keep theirs).
             # The route read above is then as these updates leave it.
             for pending in sorted(calibration_updates, key=lambda update: update.route_key):
-                value = await _update_calibration(conn, pending)
+                value = await calibrations.update(conn, pending)
                 if pending.route_key == calibration:
                     stored = value
             return TurnStart(reconciliation, turn, view, branch, stored)
@@ -350,14 +351,14 @@ class PostgresSessionStore:
 
     async def calibration(self, route_key: str) -> Any | None:
         """The route's stored token calibration, or ``None``."""
-        return await self._read(lambda conn: _calibration(conn, route_key))
+        return await self._read(lambda conn: calibrations.read(conn, route_key))
 
     async def update_calibration(
         self, route_key: str, group: str, update: Callable[[Any | None], Any], keep: int | None = None
     ) -> Any:
         """Read, update and write the route's calibration with its row locked; trim the group to ``keep``."""
         pending = CalibrationUpdate(route_key, group, update, keep)
-        return await self._write(lambda conn: _update_calibration(conn, pending))
+        return await self._write(lambda conn: calibrations.update(conn, pending))
 
 
 def split_url_options(url: str) -> tuple[str, dict[str, str]]:
@@ -483,11 +484,6 @@ async def _checkpoints(conn: Any, context_id: str) -> dict[str, dict[str, Any]]:
     return {row["covers_hash"]: dict(rc.load_json(row["checkpoint"])) for row in rows}
 
 
-async def _calibration(conn: Any, route_key: str) -> Any | None:
-    text = await conn.fetchval("SELECT state FROM token_calibration WHERE route_key = $1", route_key)
-    return None if text is None else rc.load_json(text)
-
-
 async def _is_ancestor(conn: Any, context_id: str, candidate: str, head: str, position: int) -> bool:
     """Whether ``candidate`` (at ``position``) lies on the branch ending at ``head``."""
     found = await conn.fetchval(
@@ -498,32 +494,3 @@ async def _is_ancestor(conn: Any, context_id: str, candidate: str, head: str, po
         candidate,
     )
     return found is not None
-
-
-async def _update_calibration(conn: Any, pending: CalibrationUpdate) -> Any:
-    """``update_calibration`` inside the caller's transaction, with the route's row locked."""
-    key, group = pending.route_key, pending.group
-    # The row exists before it is locked, so two replicas' first samples for a route take turns
-    # instead of one overwriting the other.
-    await conn.execute(
-        "INSERT INTO token_calibration (route_key, route_group, state) VALUES ($1, $2, 'null'::json)"
-        " ON CONFLICT (route_key) DO NOTHING",
-        key,
-        group,
-    )
-    text = await conn.fetchval("SELECT state FROM token_calibration WHERE route_key = $1 FOR UPDATE", key)
-    value = pending.update(rc.load_json(text))
-    await conn.execute(
-        "UPDATE token_calibration SET state = $2::json, updated_at = clock_timestamp() WHERE route_key = $1",
-        key,
-        rc.json_text(value),
-    )
-    if pending.keep is not None:
-        await conn.execute(
-            "DELETE FROM token_calibration WHERE route_group = $1 AND route_key NOT IN ("
-            " SELECT route_key FROM token_calibration WHERE route_group = $1"
-            " ORDER BY updated_at DESC, route_key LIMIT $2)",
-            group,
-            pending.keep,
-        )
-    return value

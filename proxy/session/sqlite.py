@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from proxy.canonical import HistoryEntry
 from proxy.session import reconcile as rc
+from proxy.session import sqlite_calibration as calibrations
 from proxy.session.locks import SessionLocks
 from proxy.session.sqlite_checkpoints import Checkpointer, writer_pragmas
 from proxy.session.sqlite_files import ProcessLock, private_database, private_folder
@@ -225,7 +226,7 @@ class SqliteSessionStore:
 
         def work(conn: sqlite3.Connection) -> TurnStart:
             for pending in calibration_updates:
-                _update_calibration(conn, pending)
+                calibrations.update(conn, pending, _now())
             reconciliation = _reconcile(conn, context_id, scope, messages, hashes)
             turn = _next_turn(conn, context_id)
             chain = rc.view_chain(hashes)
@@ -236,7 +237,7 @@ class SqliteSessionStore:
                 branch = rc.branch_count(hashes, found.get(branch_counter) or {})
                 _put_state(conn, context_id, hashes[-1], branch_counter, branch.number)
             view = rc.branch_view(chain, found, channels, _checkpoints(conn, context_id))
-            stored = _calibration(conn, calibration) if calibration is not None else None
+            stored = calibrations.read(conn, calibration) if calibration is not None else None
             return TurnStart(reconciliation, turn, view, branch, stored)
 
         return await self._w().write(work)
@@ -375,34 +376,14 @@ class SqliteSessionStore:
 
     async def calibration(self, route_key: str) -> Any | None:
         """The route's stored token calibration, or ``None``."""
-        return await self._r().run(lambda conn: _calibration(conn, route_key))
+        return await self._r().run(lambda conn: calibrations.read(conn, route_key))
 
     async def update_calibration(
         self, route_key: str, group: str, update: Callable[[Any | None], Any], keep: int | None = None
     ) -> Any:
         """Read, update and write the route's calibration under the one writer; trim the group to ``keep``."""
         pending = CalibrationUpdate(route_key, group, update, keep)
-        return await self._w().write(lambda conn: _update_calibration(conn, pending))
-
-
-def _update_calibration(conn: sqlite3.Connection, pending: CalibrationUpdate) -> Any:
-    """``update_calibration`` inside the caller's transaction."""
-    key, group = pending.route_key, pending.group
-    row = conn.execute("SELECT state FROM token_calibration WHERE route_key = ?", (key,)).fetchone()
-    value = pending.update(None if row is None else rc.load_json(row[0]))
-    conn.execute(
-        "INSERT INTO token_calibration (route_key, route_group, state, updated_at) VALUES (?, ?, ?, ?)"
-        " ON CONFLICT (route_key) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at",
-        (key, group, rc.json_text(value), _now()),
-    )
-    if pending.keep is not None:
-        conn.execute(
-            "DELETE FROM token_calibration WHERE route_group = ? AND route_key NOT IN ("
-            " SELECT route_key FROM token_calibration WHERE route_group = ?"
-            " ORDER BY updated_at DESC, route_key LIMIT ?)",
-            (group, group, pending.keep),
-        )
-    return value
+        return await self._w().write(lambda conn: calibrations.update(conn, pending, _now()))
 
 
 def _reconcile(
@@ -504,11 +485,6 @@ def _checkpoints(conn: sqlite3.Connection, context_id: str) -> dict[str, dict[st
         "SELECT covers_hash, checkpoint FROM checkpoints WHERE context_id = ? ORDER BY rowid", (context_id,)
     ).fetchall()
     return {covers: dict(rc.load_json(body)) for covers, body in rows}
-
-
-def _calibration(conn: sqlite3.Connection, route_key: str) -> Any | None:
-    row = conn.execute("SELECT state FROM token_calibration WHERE route_key = ?", (route_key,)).fetchone()
-    return None if row is None else rc.load_json(row[0])
 
 
 def _is_ancestor(conn: sqlite3.Connection, context_id: str, candidate: str, head: str, position: int) -> bool:

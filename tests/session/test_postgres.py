@@ -81,16 +81,16 @@ async def test_a_turn_locks_the_routes_it_writes_samples_of_in_the_order_of_thei
 ) -> None:
     """Each sample locks its route's row until the commit: two turns that locked two routes in opposite
     orders could deadlock, so every turn takes them in the order of their keys, a key's samples in theirs."""
-    from proxy.session import postgres
+    from proxy.session import postgres_calibration
 
     written: list[tuple[str, int]] = []
-    real = postgres._update_calibration
+    real = postgres_calibration.update
 
     async def noted(conn: Any, pending: CalibrationUpdate) -> Any:
         written.append((pending.route_key, pending.update(None)["n"]))
         return await real(conn, pending)
 
-    monkeypatch.setattr(postgres, "_update_calibration", noted)
+    monkeypatch.setattr(postgres_calibration, "update", noted)
     keys = ["route:z", "route:a", "route:z", "route:m", "route:a"]
     updates = [CalibrationUpdate(key, "route", lambda _, n=n: {"n": n}) for n, key in enumerate(keys)]
     store = await pg_backend.open()
