@@ -155,7 +155,9 @@ def our_proxy(
         "CONTEXT_PROXY_MASTER_KEY": MASTER_KEY,
         **(extra_env or {}),
     }
+    # Errors only, as the litellm proxy runs here (LITELLM_LOG=ERROR): neither writes a line per request.
     command = [sys.executable, "-m", "proxy", "serve", "--config", str(config), "--port", str(port)]
+    command += ["--log-level", "error"]
     with _serve(label, command, env, port, scratch) as server:
         yield server
 

@@ -8,7 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from proxy.config import ConfigError, Settings
+from proxy.config import LOG_LEVELS, ConfigError, Settings
 from proxy.exposure import check_exposure
 from proxy.offline import prepare_offline_environment
 from proxy.session.store import StoreError
@@ -29,6 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     serve.add_argument(
         "--record", type=Path, help="record sessions (requests, provider exchanges) here; or CONTEXT_PROXY_RECORD_DIR"
+    )
+    serve.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        help="default: CONTEXT_PROXY_LOG_LEVEL, else info (a line per request); warning and above log no requests",
     )
     replay = commands.add_parser("replay", help="replay recorded sessions through this build and configuration")
     replay.add_argument("folders", type=Path, nargs="+", help="record folders (one per replica)")
@@ -54,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
             settings = Settings.from_env(config_path=args.config)
             if args.record is not None:
                 settings = dataclasses.replace(settings, record_dir=args.record)
+            if args.log_level is not None:
+                settings = dataclasses.replace(settings, log_level=args.log_level)
+            logging.getLogger().setLevel(settings.log_level.upper())
             check_exposure(settings, args.host, args.allow_unauthenticated)
             return _serve(settings, args.host, args.port)
         if args.command == "replay":
@@ -95,5 +103,5 @@ def _serve(settings: Settings, host: str, port: int) -> int:
 
     check_settings(settings)
     app = create_app(settings)
-    server_for(app, app.state.drain, host, port, log_level="info").run()
+    server_for(app, app.state.drain, host, port, log_level=settings.log_level).run()
     return 0

@@ -21,6 +21,8 @@ Mode = Literal["dynamic", "shadow", "legacy"]
 MODES: tuple[Mode, ...] = ("dynamic", "shadow", "legacy")
 EstimatorName = Literal["calibrated", "tiktoken", "conservative"]
 ESTIMATORS: tuple[EstimatorName, ...] = ("calibrated", "tiktoken", "conservative")
+# The server's log levels, as uvicorn names them; below ``info`` its access log (a line per request) is off.
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 _ENV_SECRET_PREFIX = "os.environ/"
 
 
@@ -131,6 +133,7 @@ class Settings:
     estimator: EstimatorName = "calibrated"
     estimator_start_percent: int = 125
     record_dir: Path | None = None  # record and replay: where client requests and provider exchanges go
+    log_level: str = "info"  # one of LOG_LEVELS: the proxy's own logging and uvicorn's
     prompt_percent: int = 25  # the system prompt's share of the effective limit
     message_percent: int = 10  # contributor messages' and attachments' share
 
@@ -156,6 +159,9 @@ class Settings:
         if mode not in MODES:
             raise ConfigError(f"SCIENCE_AGENT_CONTEXT_MODE={mode!r} is not one of {', '.join(MODES)}")
         store_url = env.get("CONTEXT_PROXY_STORE_URL", "").strip() or None
+        log_level = env.get("CONTEXT_PROXY_LOG_LEVEL", "").strip().lower() or "info"
+        if log_level not in LOG_LEVELS:
+            raise ConfigError(f"CONTEXT_PROXY_LOG_LEVEL={log_level!r} is not one of {', '.join(LOG_LEVELS)}")
         pressure = _percent(env, "SCIENCE_AGENT_CONTEXT_PRESSURE_PERCENT", 80)
         target = _percent(env, "SCIENCE_AGENT_CONTEXT_TARGET_PERCENT", 50)
         forced = _percent(env, "SCIENCE_AGENT_CONTEXT_FORCED_PERCENT", 35)
@@ -206,6 +212,7 @@ class Settings:
             if env.get("SCIENCE_AGENT_CONTEXT_TRACE_DIR")
             else None,
             record_dir=Path(env["CONTEXT_PROXY_RECORD_DIR"]) if env.get("CONTEXT_PROXY_RECORD_DIR") else None,
+            log_level=log_level,
             example_dir=(
                 Path(env["SCIENCE_AGENT_CONTEXT_EXAMPLE_DIR"]) if env.get("SCIENCE_AGENT_CONTEXT_EXAMPLE_DIR") else None
             ),

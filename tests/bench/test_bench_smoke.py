@@ -10,6 +10,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
+import orjson
 import pytest
 
 from bench.estimator import run_estimator
@@ -18,7 +20,7 @@ from bench.long_run import prefix_share, tool_output
 from bench.memory import run_memory
 from bench.memory import tool_output as memory_output
 from bench.report import render_markdown
-from bench.scripted_server import ok_script
+from bench.scripted_server import LeanProvider, ok_script
 from bench.servers import MASTER_KEY, MODEL
 from proxy.app import create_app
 from proxy.config import ModelRoute, Settings
@@ -30,7 +32,7 @@ MACHINE = {"cpu": "x", "cores": 2, "platform": "p", "python": "3", "litellm": "1
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[tuple[str, str]]:
     """(proxy URL, provider URL): our proxy in dynamic mode in front of the scripted provider."""
-    with serve_in_thread(ScriptedProvider(ok_script).app()) as provider_url:
+    with serve_in_thread(LeanProvider(ok_script).app()) as provider_url:
         route = ModelRoute(
             MODEL,
             {"model": "openai/scripted", "api_base": f"{provider_url}/v1", "api_key": "sk-provider"},
@@ -40,6 +42,21 @@ def servers(tmp_path: Path) -> Iterator[tuple[str, str]]:
         settings = Settings(mode="dynamic", data_dir=tmp_path, master_key=MASTER_KEY, models=(route,))
         with serve_in_thread(create_app(settings)) as proxy_url:
             yield proxy_url, provider_url
+
+
+def test_the_lean_provider_answers_as_the_scripted_one_with_a_quarter_of_the_compact_json_as_tokens() -> None:
+    messages = [{"role": "user", "content": "Is the 298 K run finished? 温度"}]
+    body = {"model": "scripted", "messages": messages}
+    with (
+        serve_in_thread(LeanProvider(ok_script).app()) as lean_url,
+        serve_in_thread(ScriptedProvider(ok_script).app()) as plain_url,
+    ):
+        lean = httpx.post(f"{lean_url}/v1/chat/completions", json=body).json()
+        plain = httpx.post(f"{plain_url}/v1/chat/completions", json=body).json()
+
+    assert lean["choices"] == plain["choices"]
+    assert lean["usage"]["prompt_tokens"] == len(orjson.dumps(messages)) // 4
+    assert plain["usage"]["prompt_tokens"] > lean["usage"]["prompt_tokens"]  # the stdlib's spaced JSON
 
 
 def test_history_cost_measures_every_size(servers: tuple[str, str]) -> None:
@@ -137,7 +154,7 @@ def test_chained_warm_requests_continue_the_session_without_a_fork(tmp_path: Pat
     from bench.assembly import make_history
     from bench.history_cost import _payload, warm_histories
 
-    with serve_in_thread(ScriptedProvider(ok_script).app()) as provider_url:
+    with serve_in_thread(LeanProvider(ok_script).app()) as provider_url:
         route = ModelRoute(MODEL, {"model": "openai/scripted", "api_base": f"{provider_url}/v1", "api_key": "sk-p"})
         settings = Settings(
             mode="dynamic", data_dir=tmp_path, master_key=MASTER_KEY, models=(route,), trace_enabled=True

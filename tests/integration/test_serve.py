@@ -133,6 +133,24 @@ def test_the_operator_can_allow_unauthenticated_serving_on_every_address(
         assert "WITHOUT authentication" in server.output()
 
 
+@pytest.mark.parametrize(
+    ("flags", "env"),
+    [(("--log-level", "warning"), {}), ((), {"CONTEXT_PROXY_LOG_LEVEL": "WARNING"})],
+    ids=["flag", "env"],
+)
+def test_a_log_level_above_info_drops_the_line_per_request_and_keeps_warnings(
+    tmp_path: Path, flags: tuple[str, ...], env: dict[str, str]
+) -> None:
+    with serving(tmp_path, tmp_path / "default") as default:
+        httpx.get(f"http://127.0.0.1:{default.port}/health/readiness").raise_for_status()
+    with serving(tmp_path, tmp_path / "quiet", "127.0.0.1", *flags, **env) as quiet:
+        httpx.get(f"http://127.0.0.1:{quiet.port}/health/readiness").raise_for_status()
+
+    assert '"GET /health/readiness HTTP/1.1" 200' in default.output()  # uvicorn's access log, on by default
+    assert "GET /health/readiness" not in quiet.output()
+    assert "without CONTEXT_PROXY_MASTER_KEY" in quiet.output()  # the operator still hears warnings
+
+
 def _rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):

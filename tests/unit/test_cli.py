@@ -14,6 +14,7 @@ from proxy.cli import main
         ("contributors:\n  nobody: {x: 1}\n", {}, "contributors.nobody names no installed contributor"),
         ("", {"CONTEXT_PROXY_STORE_URL": "postgresql://u@127.0.0.1/test?pool_size=abc"}, "pool_size='abc'"),
         ("", {"SCIENCE_AGENT_CONTEXT_TARGET_PERCENT": "90"}, "FORCED_PERCENT < SCIENCE_AGENT_CONTEXT_TARGET_PERCENT"),
+        ("", {"CONTEXT_PROXY_LOG_LEVEL": "loud"}, "CONTEXT_PROXY_LOG_LEVEL='loud' is not one of debug, info"),
         (
             "model_list:\n  - {model_name: a, litellm_params: {model: x}}\n",
             {"SCIENCE_AGENT_SUMMARY_MODEL": "b"},
