@@ -56,6 +56,9 @@ class BuiltinContributor(ABC):
     scopes: ClassVar[frozenset[Scope]] = ALL_SCOPES
     protected: ClassVar[bool] = False
     priority: ClassVar[int] = DEFAULT_PRIORITY
+    # ``contribute`` never awaits: the collector runs it in the pipeline's task, without a task and a timer
+    # of its own (``tests/contributors/test_builtins_run_inline.py`` fails on a built-in that awaits).
+    runs_inline: ClassVar[bool] = True
     Options: ClassVar[type[ContributorOptions]] = NoOptions
 
     @abstractmethod

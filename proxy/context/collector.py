@@ -8,6 +8,7 @@ messages, so a package can never forge an assistant tool call or a tool result.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import re
 import time
@@ -92,21 +93,30 @@ async def collect_detailed(
     A failing (error, timeout, invalid) optional contributor becomes a diagnostic; a failing protected
     one raises :class:`ProtectedContributorFailed` (an ``AssemblyFailed``) naming it, after all runs finished.
     """
-    # Each contributor sees its own options only.
-    runs = list(
-        await asyncio.gather(
-            *(
-                _run_one(
-                    c,
-                    registry.is_protected(c.id),
-                    dataclasses.replace(request, options=registry.options_of(c.id)),
-                    timeout,
-                    keep_raw,
-                )
-                for c in registry
-            )
+    # Each contributor sees its own options only. One that declares ``runs_inline`` (the built-ins: their
+    # ``contribute`` never awaits) runs in this task, after the others were started: a task and a timer of
+    # its own cost more than its work, and a timeout could not interrupt code that never awaits anyway.
+    contributors = list(registry)
+    requests = [dataclasses.replace(request, options=registry.options_of(c.id)) for c in contributors]
+    inline = [bool(getattr(c, "runs_inline", False)) for c in contributors]
+    concurrent = asyncio.gather(
+        *(
+            _run_one(c, registry.is_protected(c.id), r, timeout, keep_raw)
+            for c, r, here in zip(contributors, requests, inline, strict=True)
+            if not here
         )
     )
+    try:
+        ran_here = [
+            await _run_one(c, registry.is_protected(c.id), r, None, keep_raw)
+            for c, r, here in zip(contributors, requests, inline, strict=True)
+            if here
+        ]
+    except BaseException:
+        concurrent.cancel()  # cancelled while an inline run awaited: the started runs go too
+        raise
+    elsewhere, here_runs = iter(await concurrent), iter(ran_here)
+    runs = [next(here_runs) if here else next(elsewhere) for here in inline]  # registration order
     _reject_duplicate_ids(runs)
     failed_protected = [r for r in runs if r.protected and r.status != "ok"]
     if failed_protected:
@@ -136,8 +146,13 @@ async def collect_detailed(
 
 
 async def _run_one(
-    contributor: ContextContributor, protected: bool, request: ContributionRequest, timeout: float, keep_raw: bool
+    contributor: ContextContributor,
+    protected: bool,
+    request: ContributionRequest,
+    timeout: float | None,
+    keep_raw: bool,
 ) -> ContributorRun:
+    """One contributor's run, under ``timeout`` (``None``: an inline run, no timer)."""
     cid = contributor.id
     started = time.perf_counter()
     status: Status = "ok"
@@ -146,7 +161,7 @@ async def _run_one(
     output = ContributorOutput()
     try:
         # In this task (gather made one per contributor), not one more as wait_for would make.
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(timeout) if timeout is not None else contextlib.nullcontext():
             raw = await contributor.contribute(request)
         output = validate_output(cid, protected, raw)
     except TimeoutError:

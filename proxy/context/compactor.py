@@ -249,10 +249,10 @@ class HistoryCompactor:
             trace.reused_checkpoint = best[1].covers_hash
         if not previewed:
             return  # nothing was previewed on this branch: no entry to walk
-        for i in range(work.start, len(work.entries)):
-            ref = work.entries[i].tool_output_ref
-            if ref is not None and ref in previewed and i not in work.visible and self._try_preview(work, i):
-                trace.reapplied_refs.append(ref)
+        entries, visible = work.entries, work.visible
+        for i in [i for i in range(work.start, len(entries)) if entries[i].tool_output_ref in previewed]:
+            if i not in visible and self._try_preview(work, i):
+                trace.reapplied_refs.append(str(entries[i].tool_output_ref))
 
     def _try_preview(self, work: WorkingHistory, i: int) -> bool:
         ref = work.entries[i].tool_output_ref
@@ -264,9 +264,10 @@ class HistoryCompactor:
         preview, name = named
         # Characters shorter is not always tokens cheaper; a preview must never grow the history. Counted by
         # name: re-applied on every later turn, it is then looked up instead of digested again.
-        if count_named(work.estimator, preview, name) >= work.costs[i]:
+        cost = count_named(work.estimator, preview, name)
+        if cost >= work.costs[i]:
             return False
-        work.replace(i, preview)
+        work.replace(i, preview, cost)
         return True
 
     def _preview_old_bodies(self, work: WorkingHistory, pressure: Pressure) -> list[str]:
@@ -274,16 +275,20 @@ class HistoryCompactor:
         done: list[str] = []
         target = pressure.history_target
         oversized = pressure.limit * self.config.latest_body_percent // 100
+        entries, costs, visible = work.entries, work.costs, work.visible
         candidates = list(range(work.start, work.latest))
-        candidates += [i for i in range(max(work.start, work.latest), len(work.entries)) if work.costs[i] > oversized]
+        candidates += [i for i in range(max(work.start, work.latest), len(entries)) if costs[i] > oversized]
+        # Only a tool output not shown otherwise yet can be previewed: the rest are left out here, in one
+        # pass, rather than one call each (a warm turn over a long history walks them all every turn).
+        candidates = [i for i in candidates if entries[i].tool_output_ref and i not in visible]
         total = work.total()  # kept by difference: re-summing per candidate is quadratic in long runs
         for i in candidates:
             if total <= target:
                 break
-            old = work.costs[i]
-            if i not in work.visible and self._try_preview(work, i):
-                total += work.costs[i] - old
-                done.append(str(work.entries[i].tool_output_ref))
+            old = costs[i]
+            if self._try_preview(work, i):
+                total += costs[i] - old
+                done.append(str(entries[i].tool_output_ref))
         return done
 
     async def _summarize(

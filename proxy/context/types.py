@@ -155,7 +155,8 @@ class ContextContributorFactory(Protocol):
     contributors only), ``priority`` (lower is admitted first into the message budget; a third-party
     package is held at or below ``THIRD_PARTY_MIN_PRIORITY``) and ``owns_client_instructions`` (it renders
     the client's system/developer messages into the prompt, so the history must not carry them twice;
-    honoured only for a protected contributor, since it removes client messages from the history).
+    honoured only for a protected contributor, since it removes client messages from the history), and
+    ``runs_inline`` (its ``contribute`` never awaits: the collector runs it in the pipeline's task, untimed).
     """
 
     @property

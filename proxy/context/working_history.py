@@ -62,9 +62,10 @@ class WorkingHistory:
         visible = self.visible.get(i)
         return self.messages[i] if visible is None else visible
 
-    def replace(self, i: int, message: dict[str, Any]) -> None:
+    def replace(self, i: int, message: dict[str, Any], cost: int | None = None) -> None:
+        """Show ``message`` in place of entry ``i``; ``cost`` is its count when the caller has it."""
         self.visible[i] = message
-        self.costs[i] = self.estimator.count_message(message)
+        self.costs[i] = self.estimator.count_message(message) if cost is None else cost
 
     def set_checkpoint(self, checkpoint: Checkpoint, covers: int) -> None:
         self.checkpoint = checkpoint

@@ -71,6 +71,39 @@ async def test_runs_concurrently_and_records_each_run() -> None:
     assert a.history == [REQUEST]
 
 
+@dataclass
+class Inline(Fake):
+    """A contributor that declares it never awaits: the collector runs it in its own task, untimed."""
+
+    runs_inline: bool = True
+    tasks: list[asyncio.Task[Any] | None] = field(default_factory=list)
+
+    async def contribute(self, request: ContributionRequest) -> Any:
+        self.tasks.append(asyncio.current_task())
+        return await super().contribute(request)
+
+
+async def test_inline_contributors_run_in_the_callers_task_and_runs_keep_registration_order() -> None:
+    first = Inline("first", ContributorOutput(sections=(Section("first.s", "1"),)))
+    slow = Fake("slow", ContributorOutput(sections=(Section("slow.s", "2"),)), delay=0.05)
+    last = Inline("last", ContributorOutput(sections=(Section("last.s", "3"),)))
+    result = await collect_detailed(registry(first, slow, last), REQUEST, timeout=2)
+    here = asyncio.current_task()
+    assert first.tasks == [here] and last.tasks == [here]  # no task of their own
+    assert [r.contributor_id for r in result.runs] == ["first", "slow", "last"]
+    assert [s.id for s in result.sections] == ["first.s", "slow.s", "last.s"]
+    assert [r.status for r in result.runs] == ["ok", "ok", "ok"]
+
+
+async def test_a_timed_out_contributor_beside_inline_ones_is_still_timed_out() -> None:
+    inline = Inline("inline", RuntimeError("boom"))
+    slow = Fake("slow", delay=1.0)
+    started = time.perf_counter()
+    result = await collect_detailed(registry(inline, slow), REQUEST, timeout=0.05)
+    assert time.perf_counter() - started < 0.5
+    assert [(r.contributor_id, r.status) for r in result.runs] == [("inline", "error"), ("slow", "timeout")]
+
+
 async def test_timeout_and_error_of_optional_contributors_become_diagnostics() -> None:
     slow = Fake("slow", delay=1.0)
     broken = Fake("broken", RuntimeError("boom"))
