@@ -255,7 +255,11 @@ def _prefix_length(raw: bytes, end: int) -> int:
 
 def _fresh(value: Any) -> Any:
     """A copy of ``value``'s dicts and lists (their strings and numbers, immutable, are shared); copied
-    whole, then its nested containers replaced, which is half the time of building each anew."""
+    whole, then its nested containers replaced, which is half the time of building each anew. Anything
+    else is returned as it is: a message that is not an object is refused by the checks after the decode
+    (copying it here raised, a 500)."""
+    if type(value) is not dict and type(value) is not list:
+        return value
     copy = value.copy()
     if type(value) is dict:
         for key, item in value.items():

@@ -65,6 +65,10 @@ CASES = [
     ),
     pytest.param(body('"seed": ' + "9" * 5_000), 400, None, None, id="integer-5000-digits"),
     pytest.param(b'[{"model": "test-model"}]', 400, None, None, id="non-object-body"),
+    # A message that is not an object, in a body long enough to be remembered for its resent prefix
+    # (resent_requests.py, at least 8 messages): the memo's copy of its messages raised, a 500.
+    pytest.param(body(messages=", ".join([USER] * 8 + ['"hi"'])), 400, None, None, id="string-message-in-long-body"),
+    pytest.param(body(messages=", ".join([USER] * 8 + ["7"])), 400, None, None, id="number-message-in-long-body"),
     # Lone surrogates: 500 today from the fingerprint (identity.py), the estimator and the trace writer.
     pytest.param(
         body(messages='{"role": "user", "content": "a\\ud800b"}'), 200, None, None, id="surrogate-in-first-user-message"

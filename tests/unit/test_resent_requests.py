@@ -282,3 +282,10 @@ def test_any_continuation_decodes_as_the_whole_body(
     assert json.dumps(again.body) == json.dumps(decode_body(raw))  # types and key order too
     assert again.resent == len(first)  # the same client's next turn is always recognized
     assert list(again.resent_digests) == [exact_digest(m) for m in again.body["messages"][: len(first)]]
+
+
+def test_a_long_body_with_a_message_that_is_not_an_object_decodes_for_the_checks_to_refuse() -> None:
+    # Long enough to be laid out for remembering: the copy of its messages met a string and raised.
+    messages = [{"role": "user", "content": f"m{i}"} for i in range(8)] + ["not an object", 7]
+    chat = ResentRequests().decode(json.dumps({"model": "m", "messages": messages}).encode())
+    assert chat.body["messages"] == messages and chat.resent == 0
