@@ -59,6 +59,16 @@ def test_the_young_threshold_lever_times_both_thresholds_and_restores_the_collec
     gc.unfreeze()  # the lever froze what the test process had made, as the app does
 
 
+def test_the_inline_contributors_lever_times_both_ways_and_restores_inline_runs():
+    from bench.levers_turn import inline_contributors_lever
+    from contributors.base import BuiltinContributor
+
+    figures = inline_contributors_lever(messages=40, repeats=1)
+    validate(figures)
+    assert figures["before_ms"] > 0 and figures["after_ms"] > 0
+    assert BuiltinContributor.runs_inline is True
+
+
 def test_the_message_steps_lever_times_litellm_s_steps_and_the_one_pass():
     from bench.fast_path import message_steps_lever
 
