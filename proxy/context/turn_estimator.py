@@ -5,6 +5,7 @@ many times; ``TurnEstimator`` counts each once, over any ``TokenEstimator`` (usu
 
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 from collections.abc import Mapping, Sequence
@@ -47,6 +48,8 @@ class TurnEstimator:
         self._named: dict[int, tuple[Mapping[str, Any], str]] = {}  # id -> (message, chain hash)
         self._named_by_anchor: dict[int, tuple[Mapping[str, Any], str]] = {}  # id of content -> (message, hash)
         self._last_named: tuple[tuple[Mapping[str, Any], ...], list[str]] = ((), [])
+        # Named messages the shared cache knew (memoized, not named one by one): (messages, ids, hashes)
+        self._known_names: list[tuple[tuple[Mapping[str, Any], ...], list[int], list[str]]] = []
         # ids of the tools' functions -> (the tools, their base count): see ``count_tools``
         self._tools: dict[tuple[int, ...], tuple[tuple[Mapping[str, Any], ...], int]] = {}
         # ids of a counted message sequence -> (the messages, their contents, base counts): see ``base_counts``
@@ -78,18 +81,24 @@ class TurnEstimator:
         contents = list(map(_content_of, messages))
         anchors = [c if c is not None else m.get("tool_calls") for m, c in zip(messages, contents, strict=True)]
         anchor_ids = list(map(id, anchors))
-        self._named.update(zip(ids, zip(messages, hashes, strict=True), strict=True))
-        self._named_by_anchor.update(zip(anchor_ids, zip(messages, hashes, strict=True), strict=True))
         # A message the shared cache already counted (the resent prefix: nearly all) is memoized here and
-        # now, as if counted: the turn's first count of it is then a memo hit.
+        # now, as if counted: the turn's first count of it is then a memo hit, for it and for its shallow
+        # copies (by its anchor). Only the others need their names, to be counted by them when asked: a
+        # known message's name would only ever find the count it is memoized with.
         known: list[int | None] = self._known_at(hashes) if self._known_at is not None else [None] * len(hashes)
         c_known = [tokens for tokens in known if tokens is not None]  # only what is counted is memoized
         if len(c_known) < len(known):  # some messages are new
             kept = [k for k, tokens in enumerate(known) if tokens is not None]
             c_ids, c_messages = [ids[k] for k in kept], [messages[k] for k in kept]
             c_contents, c_anchors = [contents[k] for k in kept], [anchor_ids[k] for k in kept]
+            new = [k for k, tokens in enumerate(known) if tokens is None]
+            named = [(messages[k], hashes[k]) for k in new]
+            self._named.update(zip([ids[k] for k in new], named, strict=True))
+            self._named_by_anchor.update(zip([anchor_ids[k] for k in new], named, strict=True))
         else:
             c_ids, c_messages, c_contents, c_anchors = ids, list(messages), contents, anchor_ids
+        if c_known:  # their names, for a memoized message rewritten in place since (``_name_of_known``)
+            self._known_names.append((tuple(messages), ids, hashes))
         self._by_object.update(zip(c_ids, zip(c_messages, c_contents, c_known, strict=True), strict=True))
         # The first copy counted keeps its anchor (setdefault's rule): reversed, so the first is written last.
         first = dict(zip(reversed(c_anchors), zip(reversed(c_messages), reversed(c_known), strict=True), strict=True))
@@ -209,17 +218,20 @@ class TurnEstimator:
         content = message.get("content")
         if seen is not None and seen[0] is message and seen[1] is content:
             return seen[2]
-        tokens = self._count_new(message)
+        tokens = self._count_new(message, rewritten=seen is not None and seen[0] is message)
         self._by_object[id(message)] = (message, content, tokens)
         anchor = _anchor(message)
         if anchor is not None:
             self._by_anchor.setdefault(id(anchor), (message, tokens))
         return tokens
 
-    def _count_new(self, message: Mapping[str, Any]) -> int:
-        """A message this memo has not seen as this object: a named one, a copy, or one to count."""
+    def _count_new(self, message: Mapping[str, Any], rewritten: bool = False) -> int:
+        """A message this memo has not seen as this object: a named one, a copy, or one to count;
+        ``rewritten``: one it memoized, whose content was replaced in place since."""
         prefix = self._prefix
         named = self._named.get(id(message))
+        if named is None and rewritten:
+            named = self._name_of_known(message)
         if named is not None and named[0] is message and prefix is not None:
             return prefix.count_message_at(named[1], message)
         anchor = _anchor(message)
@@ -231,6 +243,16 @@ class TurnEstimator:
             if original is not None and prefix is not None and _same_fields(original[0], message):
                 return prefix.count_message_at(original[1], message)
         return self.inner.count_message(message)
+
+    def _name_of_known(self, message: Mapping[str, Any]) -> tuple[Mapping[str, Any], str] | None:
+        """The chain hash a memoized message was named by (no stage rewrites one in place: this is the
+        rare way, a search of what was named rather than a map kept for every message of every turn)."""
+        for messages, ids, hashes in self._known_names:
+            with contextlib.suppress(ValueError):
+                k = ids.index(id(message))
+                if messages[k] is message:
+                    return message, hashes[k]
+        return None
 
     def _scaled(self, count: int) -> int:
         return count if self.factor == 1.0 else math.ceil(count * self.factor)
