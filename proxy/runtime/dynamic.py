@@ -150,7 +150,7 @@ class SessionAssembler:
             tools=output.tools or None,
             record=record,
             proxy_tools=frozenset(tool.name for tool in proxy_tools) & {tool_name(tool) for tool in output.tools},
-            visible_history=tuple(dict(m) for m in output.visible_history),
+            visible_history=tuple(output.visible_history),  # copied where a proxy step reads it
         )
 
     def _tool_context(
@@ -179,7 +179,9 @@ class SessionAssembler:
         "still in context" (a skill body) against ``visible``, the history the model actually saw.
         """
         history = await self.history(request, await self._view(request))
-        context = self._tool_context(request, history, visible)
+        # The window's own messages until now: copied here, where a proxy step reads them, rather than on
+        # every turn (a thousand dicts at 1,000 messages) for the few whose model calls a proxy tool.
+        context = self._tool_context(request, history, tuple(dict(m) for m in visible))
         step: list[dict[str, Any]] = [{"role": "assistant", "content": message.get("content"), "tool_calls": calls}]
         for call in calls:
             result = await self._toolbox.run(context, call)
