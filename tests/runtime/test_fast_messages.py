@@ -10,12 +10,19 @@ import json
 import os
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.runtime.fast.base import _plain_message
-from proxy.runtime.fast.messages import pinned_translations, plain_messages, translates_unchanged
+from proxy.runtime.fast.messages import (
+    pinned_request_transform,
+    pinned_translations,
+    plain_messages,
+    splices_messages,
+    translates_unchanged,
+)
 from proxy.runtime.fast.surface import load
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -108,3 +115,75 @@ def test_the_pinned_translations_are_the_ones_the_fast_routes_meet() -> None:
 )
 def test_what_the_translation_could_change_goes_through_litellm(messages: list[dict[str, Any]]) -> None:
     assert plain_messages(messages) is None
+
+
+# The request transformation, with and without the splice: the OpenAI configs the fast route meets.
+_STRING_MESSAGE = st.fixed_dictionaries(
+    {"role": st.sampled_from(["system", "user", "assistant", "tool"]), "content": st.none() | _TEXT},
+    optional={"name": _TEXT, "tool_calls": st.lists(_CALL, min_size=1, max_size=2), "tool_call_id": _TEXT},
+)
+_TOOL = {"type": "function", "function": {"name": "run", "description": "d", "parameters": {"type": "object"}}}
+_OPTIONAL = st.fixed_dictionaries(
+    {},
+    optional={
+        "max_tokens": st.integers(1, 64),
+        "temperature": st.floats(0, 1),
+        "tools": st.just([_TOOL]),
+        "tool_choice": st.just("auto"),
+        "user": _TEXT,
+    },
+)
+PINNED_REQUEST = pinned_request_transform(PARTS)
+
+
+def _request(name: str, messages: list[dict[str, Any]], optional: dict[str, Any], drop_params: bool) -> dict[str, Any]:
+    config, model, provider, api_base = CONFIGS[name]
+    litellm_params = PARTS["get_litellm_params"](
+        api_key="sk-x", custom_llm_provider=provider, api_base=api_base, acompletion=True, drop_params=drop_params
+    )
+    return config.transform_request(
+        model=model,
+        messages=messages,
+        optional_params=copy.deepcopy(optional),
+        litellm_params=litellm_params,
+        headers={},
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    messages=st.lists(_STRING_MESSAGE, min_size=1, max_size=8),
+    optional=_OPTIONAL,
+    name=st.sampled_from(["openai-compatible", "openai"]),
+    drop_params=st.booleans(),
+)
+def test_a_spliced_request_is_the_one_the_config_builds_from_the_messages(
+    messages: list[dict[str, Any]], optional: dict[str, Any], name: str, drop_params: bool
+) -> None:
+    import litellm
+
+    plain = plain_messages(messages)
+    if plain is None:
+        return  # litellm's own steps: never spliced
+    assert splices_messages(CONFIGS[name][0], PINNED_REQUEST, plain, litellm)
+    built = _request(name, copy.deepcopy(plain), optional, drop_params)
+    spliced = _request(name, [], optional, drop_params)
+    spliced["messages"] = list(plain)
+    assert orjson.dumps(spliced) == orjson.dumps(built)  # the same bytes, keys in the same order
+
+
+def test_the_splice_is_refused_for_content_parts_another_config_and_system_messages_first() -> None:
+    import litellm
+
+    plain = plain_messages([{"role": "user", "content": "hi"}])
+    parts = plain_messages([{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
+    assert plain is not None and parts is not None
+    assert splices_messages(CONFIGS["openai"][0], PINNED_REQUEST, plain, litellm)
+    assert not splices_messages(CONFIGS["openai"][0], PINNED_REQUEST, parts, litellm)
+    assert not splices_messages(CONFIGS["azure"][0], PINNED_REQUEST, plain, litellm)
+    saved = litellm.openai_system_messages_first
+    litellm.openai_system_messages_first = True
+    try:
+        assert not splices_messages(CONFIGS["openai"][0], PINNED_REQUEST, plain, litellm)
+    finally:
+        litellm.openai_system_messages_first = saved

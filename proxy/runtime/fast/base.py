@@ -9,7 +9,12 @@ from typing import Any
 import httpx
 
 from proxy import jsonio
-from proxy.runtime.fast.messages import pinned_translations, plain_messages, translates_unchanged
+from proxy.runtime.fast.messages import (
+    pinned_request_transform,
+    pinned_translations,
+    plain_messages,
+    translates_unchanged,
+)
 
 # Keys of a provider call every route understands; a route adds its own (Azure's ``api_version``).
 ROUTE_KEYS = frozenset({"model", "messages", "api_base", "api_key", "timeout", "max_retries", "num_retries"})
@@ -31,6 +36,7 @@ class Prepared:
     optional: dict[str, Any]  # litellm's optional params, mapped for the provider
     config: Any  # the provider's chat config
     litellm_params: dict[str, Any]  # what completion() hands the provider's handler as litellm_params
+    plain: bool = False  # the messages are ``plain_messages``' copies (``fast/messages.py``)
 
 
 class Route:
@@ -45,6 +51,7 @@ class Route:
         self._litellm = litellm
         self._parts = parts
         self._pinned = pinned_translations(parts)
+        self._pinned_request = pinned_request_transform(parts)
 
     def accepts(self, llm_input: dict[str, Any]) -> bool:
         """The shape every route asks for; ``_accepts`` adds the provider's own conditions."""
@@ -131,7 +138,9 @@ class Route:
             max_retries=llm_input.get("max_retries"),
             timeout=llm_input.get("timeout"),
         )
-        return Prepared(model, provider, api_base, api_key, messages, optional, config, litellm_params)
+        return Prepared(
+            model, provider, api_base, api_key, messages, optional, config, litellm_params, plain=plain is not None
+        )
 
     def model_response(self, answer: dict[str, Any], headers: dict[str, str], **conversion: Any) -> Any:
         """An OpenAI-shaped answer as litellm's ``ModelResponse``, the way its OpenAI-SDK handlers convert it."""

@@ -16,7 +16,7 @@ lists and fails when a litellm upgrade changes what they make of them, or moves 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 
@@ -54,3 +54,39 @@ def translates_unchanged(config: Any, pinned: Collection[Any]) -> bool:
     """Whether ``config`` translates developer roles with one of the ``pinned`` implementations (a config
     that overrides it, Azure's or an o-series model's, goes through its own)."""
     return type(config).translate_developer_role_to_system_role in pinned
+
+
+# The OpenAI config's request transformation (``transform_request``) walks the messages several times:
+# system messages first (only under ``litellm.openai_system_messages_first``), tool-reference and media
+# parts out of tool messages, user content parts rebuilt, cache marks renamed, stripped or capped. For
+# the plain messages the fast path takes whose every content is a string or None, none of these passes
+# has anything to change: each hands the messages on as they are, and the rest of the request does not
+# depend on them. So the request is built with no messages and the messages put in its place
+# (``splices_messages``), in these implementations only.
+_SPLICED = (
+    "transform_request",
+    "_transform_messages",
+    "_prompt_cache_ordered_messages",
+    "_messages_and_tools_in_cache_mark_dialect",
+    "remove_cache_control_flag_from_messages_and_tools",
+)
+
+
+def pinned_request_transform(parts: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The OpenAI config's request-transformation methods ``splices_messages`` is pinned to
+    (``parts``: ``surface.load()``)."""
+    return tuple((name, getattr(parts["OpenAIGPTConfig"], name)) for name in _SPLICED)
+
+
+def splices_messages(
+    config: Any, pinned: Sequence[tuple[str, Any]], messages: Sequence[Mapping[str, Any]], litellm: Any
+) -> bool:
+    """Whether ``config.transform_request`` can be given no messages and ``messages`` (plain ones, as
+    ``plain_messages`` made them) put into its request as they are: the pinned implementations, litellm's
+    system-first reordering off, and no content that is a list of parts."""
+    if getattr(litellm, "openai_system_messages_first", True):
+        return False
+    kind = type(config)
+    if not all(getattr(kind, name, None) is method for name, method in pinned):
+        return False
+    return all(type(message.get("content")) is not list for message in messages)

@@ -11,6 +11,7 @@ import httpx
 import openai
 
 from proxy.runtime.fast.base import Prepared, Route, chained, post_json
+from proxy.runtime.fast.messages import splices_messages
 
 _OPENAI_PARAMS = (
     "temperature",
@@ -78,13 +79,20 @@ class OpenAIRoute(Route):
         for key in ("stream_options", "stream", "max_retries"):  # the handler's own, not the body's
             optional.pop(key, None)
         json_mode = bool(optional.pop("json_mode", False)) if self.converts_json_mode else False
+        # Plain text messages pass the config's message steps unchanged: built without them, put in after
+        # (``splices_messages``), rather than walked several times over on every call.
+        splice = prepared.plain and splices_messages(
+            prepared.config, self._pinned_request, prepared.messages, self._litellm
+        )
         data = prepared.config.transform_request(
             model=prepared.model,
-            messages=prepared.messages,
+            messages=[] if splice else prepared.messages,
             optional_params=optional,
             litellm_params=prepared.litellm_params,
             headers={},
         )
+        if splice:
+            data["messages"] = list(prepared.messages)
         body = {key: value for key, value in data.items() if key not in _SDK_OPTION_KEYS}
         if isinstance(data.get("extra_body"), dict):
             body.update(data["extra_body"])
