@@ -126,7 +126,56 @@ def message_steps_lever(messages: int = 1_000, repeats: int = 30) -> dict[str, A
     }
 
 
+def request_splice_lever(messages: int = 1_000, repeats: int = 30) -> dict[str, Any]:
+    """Best-of ms of the OpenAI config's request transformation over a resent history's plain messages
+    (before) against the request built without them and the messages spliced in (after,
+    ``splices_messages`` in ``proxy/runtime/fast/messages.py``)."""
+    from bench.assembly import make_history
+    from proxy.runtime.fast.messages import plain_messages
+    from proxy.runtime.fast.surface import load
+
+    parts = load()
+    config = parts["OpenAIGPTConfig"]()
+    litellm_params = parts["get_litellm_params"](
+        api_key="sk-bench", custom_llm_provider="openai", api_base="http://127.0.0.1:9/v1", acompletion=True
+    )
+    plain = plain_messages(make_history(messages))
+    assert plain is not None
+
+    def build(given: list[Any]) -> dict[str, Any]:
+        return config.transform_request(
+            model="scripted",
+            messages=given,
+            optional_params={"max_tokens": 64},
+            litellm_params=litellm_params,
+            headers={},
+        )
+
+    def spliced(given: list[Any]) -> dict[str, Any]:
+        data = build([])
+        data["messages"] = list(given)
+        return data
+
+    def best(work: Any) -> float:
+        fastest = float("inf")
+        for _ in range(repeats):
+            given = list(plain)
+            started = time.perf_counter()
+            work(given)
+            fastest = min(fastest, time.perf_counter() - started)
+        return round(fastest * 1000, 3)
+
+    return {
+        "lever": "plain messages spliced into the OpenAI request",
+        "before_ms": best(build),
+        "after_ms": best(spliced),
+        "what": f"best of {repeats}: the OpenAI config's transform_request over a {messages:,}-message history of "
+        "plain text messages (before) against the request built without them and the messages put in (after)",
+    }
+
+
 if __name__ == "__main__":
     print(json.dumps(fast_path_lever()))
     print(json.dumps(message_steps_lever()))
+    print(json.dumps(request_splice_lever()))
     sys.exit(0)

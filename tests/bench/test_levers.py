@@ -69,6 +69,14 @@ def test_the_inline_contributors_lever_times_both_ways_and_restores_inline_runs(
     assert BuiltinContributor.runs_inline is True
 
 
+def test_the_request_splice_lever_times_the_transformation_both_ways():
+    from bench.fast_path import request_splice_lever
+
+    figures = request_splice_lever(messages=40, repeats=2)
+    validate(figures)
+    assert figures["before_ms"] > 0 and figures["after_ms"] > 0
+
+
 def test_the_message_steps_lever_times_litellm_s_steps_and_the_one_pass():
     from bench.fast_path import message_steps_lever
 
