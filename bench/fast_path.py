@@ -18,6 +18,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,17 @@ def fast_path_lever(calls: int = 50, blocks: int = 6) -> dict[str, Any]:
     }
 
 
+def _best_ms(work: Callable[[Any], object], given: Callable[[], Any], repeats: int) -> float:
+    """The fastest of ``repeats`` runs of ``work`` in milliseconds, each on a fresh ``given()`` made off the clock."""
+    fastest = float("inf")
+    for _ in range(repeats):
+        argument = given()
+        started = time.perf_counter()
+        work(argument)
+        fastest = min(fastest, time.perf_counter() - started)
+    return round(fastest * 1000, 3)
+
+
 def message_steps_lever(messages: int = 1_000, repeats: int = 30) -> dict[str, Any]:
     """Best-of ms of litellm's provider-independent message steps over a resent history (before) against
     the fast path's one pass for plain messages (after, ``proxy/runtime/fast/messages.py``)."""
@@ -107,19 +119,13 @@ def message_steps_lever(messages: int = 1_000, repeats: int = 30) -> dict[str, A
             model_info={},
         )
 
-    def best(work: Any) -> float:
-        fastest = float("inf")
-        for _ in range(repeats):
-            given = [dict(message) for message in history]  # the composer's copies, as each call has them
-            started = time.perf_counter()
-            work(given)
-            fastest = min(fastest, time.perf_counter() - started)
-        return round(fastest * 1000, 3)
+    def copies() -> list[dict[str, Any]]:
+        return [dict(message) for message in history]  # the composer's copies, as each call has them
 
     return {
         "lever": "litellm message steps in one pass",
-        "before_ms": best(litellm_steps),
-        "after_ms": best(plain_messages),
+        "before_ms": _best_ms(litellm_steps, copies, repeats),
+        "after_ms": _best_ms(plain_messages, copies, repeats),
         "what": f"best of {repeats}: litellm's message steps before the provider's transformation (validation, "
         f"the completion copy, the developer-role translation) over a {messages:,}-message history (before) "
         "against the fast path's one pass for plain messages (after)",
@@ -156,19 +162,10 @@ def request_splice_lever(messages: int = 1_000, repeats: int = 30) -> dict[str, 
         data["messages"] = list(given)
         return data
 
-    def best(work: Any) -> float:
-        fastest = float("inf")
-        for _ in range(repeats):
-            given = list(plain)
-            started = time.perf_counter()
-            work(given)
-            fastest = min(fastest, time.perf_counter() - started)
-        return round(fastest * 1000, 3)
-
     return {
         "lever": "plain messages spliced into the OpenAI request",
-        "before_ms": best(build),
-        "after_ms": best(spliced),
+        "before_ms": _best_ms(build, lambda: list(plain), repeats),
+        "after_ms": _best_ms(spliced, lambda: list(plain), repeats),
         "what": f"best of {repeats}: the OpenAI config's transform_request over a {messages:,}-message history of "
         "plain text messages (before) against the request built without them and the messages put in (after)",
     }

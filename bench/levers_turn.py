@@ -68,6 +68,17 @@ def _alternate(
     return asyncio.run(_with_store(work))
 
 
+def _lever(lever: str, figures: Mapping[str, float], before: str, after: str, what: str) -> dict[str, Any]:
+    """A lever dict (bench/README.md) of the ``before`` and ``after`` variants' medians in ``figures``."""
+    return {
+        "lever": lever,
+        "before_ms": figures[before],
+        "after_ms": figures[after],
+        "what": what,
+        "saved_ms": round(figures[before] - figures[after], 3),
+    }
+
+
 def _one_by_one(estimator: Any, messages: Sequence[Mapping[str, Any]]) -> list[int]:
     return [estimator.count_message(message) for message in messages]
 
@@ -97,15 +108,15 @@ def _counts_one_by_one() -> Iterator[None]:
 def sequence_counts_lever(messages: int = MESSAGES, repeats: int = 15) -> dict[str, Any]:
     """Milliseconds of a warm turn counting message by message, then by whole sequences."""
     figures = _alternate({"one_by_one": _counts_one_by_one, "sequences": nullcontext}, messages, repeats)
-    return {
-        "lever": "whole sequences counted at once",
-        "before_ms": figures["one_by_one"],
-        "after_ms": figures["sequences"],
-        "what": f"median warm turn in-process at {messages:,} messages over {repeats} turns each: every stage "
+    return _lever(
+        "whole sequences counted at once",
+        figures,
+        "one_by_one",
+        "sequences",
+        f"median warm turn in-process at {messages:,} messages over {repeats} turns each: every stage "
         "counting message by message and the history named twice (before), then sequences counted in one pass "
         "and recognized when counted again (after), alternated",
-        "saved_ms": round(figures["one_by_one"] - figures["sequences"], 3),
-    }
+    )
 
 
 # A window the bench history overflows, as in part 2 (no model_info: litellm's default for an unknown
@@ -145,16 +156,16 @@ def compaction_memo_lever(messages: int = MESSAGES, repeats: int = 15) -> dict[s
     """Milliseconds of a warm compacting turn redoing its previews and splits, then carrying them over."""
     variants = {"from_scratch": _compaction_from_scratch, "memos": nullcontext}
     figures = _alternate(variants, messages, repeats, route=COMPACTING)
-    return {
-        "lever": "previews and units carried over",
-        "before_ms": figures["from_scratch"],
-        "after_ms": figures["memos"],
-        "what": f"median warm turn in-process at {messages:,} messages over a 128k-token window, {repeats} turns "
+    return _lever(
+        "previews and units carried over",
+        figures,
+        "from_scratch",
+        "memos",
+        f"median warm turn in-process at {messages:,} messages over a 128k-token window, {repeats} turns "
         "each: earlier previews rendered again, the history split again and the window splitting and counting "
         "it once more (before), then PreviewMemo, SplitMemo and the compactor's units and counts handed to the "
         "window (after), alternated",
-        "saved_ms": round(figures["from_scratch"] - figures["memos"], 3),
-    }
+    )
 
 
 @contextmanager
@@ -176,15 +187,15 @@ def young_threshold_lever(messages: int = MESSAGES, repeats: int = 15) -> dict[s
         "raised": lambda: _young_threshold(startup_gc.YOUNG_THRESHOLD),
     }
     figures = _alternate(variants, messages, repeats, route=COMPACTING, decoded=True)
-    return {
-        "lever": f"young collections every {startup_gc.YOUNG_THRESHOLD:,} objects",
-        "before_ms": figures["default"],
-        "after_ms": figures["raised"],
-        "what": f"median warm compacting turn in-process at {messages:,} messages, its body decoded from JSON, "
+    return _lever(
+        f"young collections every {startup_gc.YOUNG_THRESHOLD:,} objects",
+        figures,
+        "default",
+        "raised",
+        f"median warm compacting turn in-process at {messages:,} messages, its body decoded from JSON, "
         f"{repeats} turns each, start-up frozen: CPython's young threshold of 700 (before) against "
         f"{startup_gc.YOUNG_THRESHOLD:,} (after), alternated",
-        "saved_ms": round(figures["default"] - figures["raised"], 3),
-    }
+    )
 
 
 @contextmanager
@@ -202,15 +213,15 @@ def inline_contributors_lever(messages: int = MESSAGES, repeats: int = 15) -> di
     with them run in the pipeline's task (``runs_inline``)."""
     variants = {"tasks": _contributors_in_tasks, "inline": nullcontext}
     figures = _alternate(variants, messages, repeats, route=COMPACTING)
-    return {
-        "lever": "built-in contributors run inline",
-        "before_ms": figures["tasks"],
-        "after_ms": figures["inline"],
-        "what": f"median warm turn in-process at {messages:,} messages over a 128k-token window (three contributor "
+    return _lever(
+        "built-in contributors run inline",
+        figures,
+        "tasks",
+        "inline",
+        f"median warm turn in-process at {messages:,} messages over a 128k-token window (three contributor "
         f"passes), {repeats} turns each: the ten built-ins each in a task with a timer (before), then in the "
         "pipeline's task one after another (after), alternated",
-        "saved_ms": round(figures["tasks"] - figures["inline"], 3),
-    }
+    )
 
 
 if __name__ == "__main__":
