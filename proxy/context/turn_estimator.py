@@ -54,6 +54,8 @@ class TurnEstimator:
         self._tools: dict[tuple[int, ...], tuple[tuple[Mapping[str, Any], ...], int]] = {}
         # ids of a counted message sequence -> (the messages, their contents, base counts): see ``base_counts``
         self._sequences: dict[tuple[int, ...], _CountedSequence] = {}
+        # base counts of a sequence -> its scaled counts: see ``counts``
+        self._scaled_sequences: dict[tuple[int, ...], tuple[int, ...]] = {}
 
     def name_history(self, entries: Sequence[HistoryEntry]) -> None:
         """Count these messages (and their shallow copies) by their chain hashes from now on."""
@@ -149,7 +151,18 @@ class TurnEstimator:
         """``count_message`` of each of ``messages``, in one pass (see ``base_counts``)."""
         base = self.base_counts(messages)
         factor = self.factor
-        return base if factor == 1.0 else [math.ceil(count * factor) for count in base]
+        if factor == 1.0:
+            return base
+        # Several stages count the same sequence: its scaled counts are made once, found by its base counts
+        # (a tuple hashed and compared at C speed, where scaling is a multiplication and a ceil per message).
+        key = tuple(base)
+        scaled = self._scaled_sequences.get(key)
+        if scaled is None:
+            scaled = tuple([math.ceil(count * factor) for count in base])
+            if len(self._scaled_sequences) >= _SEQUENCES_PER_TURN:
+                self._scaled_sequences.pop(next(iter(self._scaled_sequences)))
+            self._scaled_sequences[key] = scaled
+        return list(scaled)
 
     def base_counts(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
         """``base_count_message`` of each of ``messages``, memoized for the sequence as a whole.
