@@ -36,7 +36,7 @@ class Prepared:
     optional: dict[str, Any]  # litellm's optional params, mapped for the provider
     config: Any  # the provider's chat config
     litellm_params: dict[str, Any]  # what completion() hands the provider's handler as litellm_params
-    plain: bool = False  # the messages are ``plain_messages``' copies (``fast/messages.py``)
+    plain: bool = False  # the messages are ``plain_messages``' copies, as they came (``fast/messages.py``)
 
 
 class Route:
@@ -110,7 +110,8 @@ class Route:
             model=llm_input["model"], api_base=llm_input["api_base"], api_key=llm_input["api_key"]
         )
         config = p["ProviderConfigManager"].get_provider_chat_config(model=model, provider=p["LlmProviders"](provider))
-        if plain is None or not translates_unchanged(config, self._pinned):
+        untranslated = plain is not None and translates_unchanged(config, self._pinned)
+        if not untranslated:
             messages = list(
                 config.translate_developer_role_to_system_role(
                     messages=messages, model=model, custom_llm_provider=provider, api_base=api_base, model_info={}
@@ -139,7 +140,7 @@ class Route:
             timeout=llm_input.get("timeout"),
         )
         return Prepared(
-            model, provider, api_base, api_key, messages, optional, config, litellm_params, plain=plain is not None
+            model, provider, api_base, api_key, messages, optional, config, litellm_params, plain=untranslated
         )
 
     def model_response(self, answer: dict[str, Any], headers: dict[str, str], **conversion: Any) -> Any:
