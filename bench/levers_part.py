@@ -1,6 +1,6 @@
 """Part 7: one line per performance lever of issue 18, saying what it saved.
 
-A lever is a function named ``*_lever`` in ``bench/levers.py``, ``bench/levers_store.py``,
+A lever is a public function named ``*_lever`` in ``bench/levers.py``, ``bench/levers_store.py``,
 ``bench/fast_path.py`` or any other ``bench/levers_*.py``. It takes no argument and returns
 ``{"lever": name, "before_ms": x, "after_ms": y, "what": "what was timed"}``: the same work timed
 without and with the lever. Each runs in its own interpreter, so one lever's process state
@@ -45,7 +45,9 @@ def _lever_functions(path: Path) -> list[str]:
     return [
         node.name
         for node in tree.body
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.endswith("_lever")
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.name.endswith("_lever")
+        and not node.name.startswith("_")  # a private helper, not a lever
     ]
 
 

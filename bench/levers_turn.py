@@ -68,7 +68,7 @@ def _alternate(
     return asyncio.run(_with_store(work))
 
 
-def _lever(lever: str, figures: Mapping[str, float], before: str, after: str, what: str) -> dict[str, Any]:
+def _lever_result(lever: str, figures: Mapping[str, float], before: str, after: str, what: str) -> dict[str, Any]:
     """A lever dict (bench/README.md) of the ``before`` and ``after`` variants' medians in ``figures``."""
     return {
         "lever": lever,
@@ -108,7 +108,7 @@ def _counts_one_by_one() -> Iterator[None]:
 def sequence_counts_lever(messages: int = MESSAGES, repeats: int = 15) -> dict[str, Any]:
     """Milliseconds of a warm turn counting message by message, then by whole sequences."""
     figures = _alternate({"one_by_one": _counts_one_by_one, "sequences": nullcontext}, messages, repeats)
-    return _lever(
+    return _lever_result(
         "whole sequences counted at once",
         figures,
         "one_by_one",
@@ -156,7 +156,7 @@ def compaction_memo_lever(messages: int = MESSAGES, repeats: int = 15) -> dict[s
     """Milliseconds of a warm compacting turn redoing its previews and splits, then carrying them over."""
     variants = {"from_scratch": _compaction_from_scratch, "memos": nullcontext}
     figures = _alternate(variants, messages, repeats, route=COMPACTING)
-    return _lever(
+    return _lever_result(
         "previews and units carried over",
         figures,
         "from_scratch",
@@ -187,7 +187,7 @@ def young_threshold_lever(messages: int = MESSAGES, repeats: int = 15) -> dict[s
         "raised": lambda: _young_threshold(startup_gc.YOUNG_THRESHOLD),
     }
     figures = _alternate(variants, messages, repeats, route=COMPACTING, decoded=True)
-    return _lever(
+    return _lever_result(
         f"young collections every {startup_gc.YOUNG_THRESHOLD:,} objects",
         figures,
         "default",
@@ -213,7 +213,7 @@ def inline_contributors_lever(messages: int = MESSAGES, repeats: int = 15) -> di
     with them run in the pipeline's task (``runs_inline``)."""
     variants = {"tasks": _contributors_in_tasks, "inline": nullcontext}
     figures = _alternate(variants, messages, repeats, route=COMPACTING)
-    return _lever(
+    return _lever_result(
         "built-in contributors run inline",
         figures,
         "tasks",

@@ -125,13 +125,15 @@ def test_lever_results_must_fit_the_interface() -> None:
 
 def test_discovery_lists_missing_levers_and_finds_new_ones(tmp_path: Path) -> None:
     (tmp_path / "levers.py").write_text("def orjson_lever():\n    return {}\n\ndef helper():\n    pass\n")
-    (tmp_path / "levers_extra.py").write_text("async def streaming_lever():\n    return {}\n")
+    extra = "async def streaming_lever():\n    return {}\n\ndef _lever(name):\n    return {}\n"
+    (tmp_path / "levers_extra.py").write_text(extra)  # ``_lever``: a private helper, not a lever
     found = {(module, function): exists for module, function, exists in discover(tmp_path)}
     assert found[("bench.levers", "orjson_lever")] is True
     assert found[("bench.levers", "gc_freeze_lever")] is False
     assert found[("bench.levers_store", "begin_turn_lever")] is False
     assert found[("bench.levers_extra", "streaming_lever")] is True
     assert set(EXPECTED) <= set(found) and ("bench.levers", "helper") not in found
+    assert ("bench.levers_extra", "_lever") not in found
 
 
 def test_warm_plan_reaches_the_sample_count_with_few_cold_requests() -> None:
