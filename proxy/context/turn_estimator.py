@@ -72,7 +72,8 @@ class TurnEstimator:
         same = len(last_messages) == len(messages) and all(map(operator.is_, last_messages, messages))
         if same and last_hashes == hashes:
             return
-        self._last_named = (tuple(messages), hashes)
+        named_messages = tuple(messages)
+        self._last_named = (named_messages, hashes)
         if len(hashes) != len(messages):
             raise ValueError("one chain hash per message")
         # In C-speed passes (map, zip, dict.update) rather than a loop body per message: a resent history
@@ -100,7 +101,7 @@ class TurnEstimator:
         else:
             c_ids, c_messages, c_contents, c_anchors = ids, list(messages), contents, anchor_ids
         if c_known:  # their names, for a memoized message rewritten in place since (``_name_of_known``)
-            self._known_names.append((tuple(messages), ids, hashes))
+            self._known_names.append((named_messages, ids, hashes))
         self._by_object.update(zip(c_ids, zip(c_messages, c_contents, c_known, strict=True), strict=True))
         # The first copy counted keeps its anchor (setdefault's rule): reversed, so the first is written last.
         first = dict(zip(reversed(c_anchors), zip(reversed(c_messages), reversed(c_known), strict=True), strict=True))
