@@ -8,7 +8,7 @@ turns and the provider's prompt cache keeps hitting.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,18 +40,22 @@ class DefaultContextMessageComposer:
     def compose(
         self,
         system_prompt: str,
-        history: Sequence[Mapping[str, Any]],
+        history: Sequence[dict[str, Any]],
         messages: Sequence[ContextMessage] = (),
         attachments: Sequence[Attachment] = (),
         *,
         nonce: str,
         section_ids: Sequence[str] = (),
     ) -> ComposedContext:
-        """Compose one call's messages; an empty ``system_prompt`` adds no system message."""
+        """Compose one call's messages; an empty ``system_prompt`` adds no system message.
+
+        The history's messages are passed on as they are, not copied: no stage changes a message in place,
+        and the provider adapter copies what it hands to litellm, which may (``runtime/provider.py``). A copy
+        here was a thousand dicts a turn at 1,000 messages, and then a lookup per copy to count it."""
         out: list[dict[str, Any]] = []
         if system_prompt:
             out.append({"role": "system", "content": system_prompt})
-        out.extend(dict(m) for m in history)
+        out.extend(history)
         start = len(out)
         out.extend(self.hidden_messages(messages, attachments, nonce=nonce))
         return ComposedContext(tuple(out), tuple(range(start, len(out))), tuple(section_ids))

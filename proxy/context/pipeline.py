@@ -28,7 +28,7 @@ from proxy.context.previews import READ_TOOL_OUTPUT
 from proxy.context.registry import ContextContributorRegistry
 from proxy.context.renderer import DeterministicSystemPromptRenderer, RenderedPrompt
 from proxy.context.state import PLAN, StateConfig, with_visibility
-from proxy.context.turn_estimator import TurnEstimator, note_copies
+from proxy.context.turn_estimator import TurnEstimator
 from proxy.context.types import ContributionRequest, Diagnostic, Scope, TokenEstimator
 from proxy.context.validator import ContextValidator
 from proxy.context.window import AtomicHistoryWindowPolicy, WindowResult
@@ -314,10 +314,6 @@ class ContextPipeline:
             nonce=inp.nonce,
             section_ids=prompt.section_ids,
         )
-        # The composer's copies of the history count as the history: the validator and the calibration
-        # sample count the composed input, and finding each copy by its content costs per message.
-        first = 1 if prompt.text else 0  # the composer's layout: system prompt, history, hidden messages
-        note_copies(estimator, composed.messages[first : first + len(window.messages)], window.messages)
         progress.stage = "validate"
         estimated = ContextValidator().validate(
             composed,
@@ -356,7 +352,7 @@ class ContextPipeline:
             cap_diagnostics=cap.diagnostics,
         )
         return AssemblyOutput(
-            messages=list(composed.messages),  # the composer's own copies, made for this call
+            messages=list(composed.messages),  # the window's messages, not copies (see the composer)
             tools=[dict(t) for t in tools],
             new_checkpoint=compaction.checkpoint if compaction.new_checkpoint else None,
             previewed_refs=compaction.previewed_refs,

@@ -207,16 +207,6 @@ class TurnEstimator:
             self._sequences.pop(next(iter(self._sequences)))
         self._sequences[key] = (messages, contents, counts)  # holds the messages: their ids stay theirs
 
-    def note_copies(self, copies: Sequence[Mapping[str, Any]], originals: Sequence[Mapping[str, Any]]) -> None:
-        """Memoize ``copies[i]``, a shallow copy of ``originals[i]`` (``dict(original)``, as the composer
-        makes them), at the original's count: in C-speed passes, where finding each copy by its content
-        is a lookup and a comparison of its fields per message."""
-        if len(copies) != len(originals):
-            raise ValueError("one original per copy")
-        base = self.base_counts(originals)  # a whole-sequence hit when the originals were counted as one
-        contents = list(map(_content_of, copies))
-        self._by_object.update(zip(map(id, copies), zip(copies, contents, base, strict=True), strict=True))
-
     def has_counted(self, messages: Sequence[Mapping[str, Any]]) -> bool:
         """Whether this very sequence of messages is counted already (its next count is a memo hit)."""
         seen = self._sequences.get(tuple(map(id, messages)))
@@ -294,15 +284,6 @@ def count_named(estimator: TokenEstimator, message: Mapping[str, Any], name: str
     if isinstance(estimator, PrefixTokenEstimator):
         return estimator.count_message_at(name, message)
     return estimator.count_message(message)
-
-
-def note_copies(
-    estimator: TokenEstimator, copies: Sequence[Mapping[str, Any]], originals: Sequence[Mapping[str, Any]]
-) -> None:
-    """Tell a turn's counter (``TurnEstimator.note_copies``) that ``copies`` are shallow copies of
-    ``originals``; any other estimator counts them when asked."""
-    if isinstance(estimator, TurnEstimator):
-        estimator.note_copies(copies, originals)
 
 
 def _anchor(message: Mapping[str, Any]) -> Any:

@@ -91,7 +91,7 @@ class LiteLLMBackend:
             if self._fast is not None and self._fast.accepts(arguments):
                 response = await self._fast.complete(arguments, arguments["timeout"])
             else:
-                response = await self._litellm.acompletion(**arguments)
+                response = await self._litellm.acompletion(**_own_messages(arguments))
         except ProxyError:
             raise
         except Exception as exc:  # the boundary: every provider failure is translated here
@@ -109,7 +109,8 @@ class LiteLLMBackend:
         serializer = StreamSerializer()
         upstream = None
         try:
-            upstream = await self._litellm.acompletion(**self.provider_arguments({**llm_input, "stream": True}))
+            arguments = self.provider_arguments({**llm_input, "stream": True})
+            upstream = await self._litellm.acompletion(**_own_messages(arguments))
             iterator = upstream.__aiter__()
             ahead: list[dict[str, Any]] = []
             while not any(_has_substance(out) for out in ahead):
@@ -129,6 +130,16 @@ class LiteLLMBackend:
             await _close(upstream)
             raise translate_provider_error(exc, secrets=secrets) from exc
         return _relay(upstream, iterator, serializer, ahead, secrets)
+
+
+def _own_messages(arguments: dict[str, Any]) -> dict[str, Any]:
+    """``arguments`` with a shallow copy of each message: litellm's own steps may write into the messages
+    they are handed (its tool-call fixes do), and those are the session's (the assembly passes the
+    history's messages on as they are, ``context/composer.py``)."""
+    messages = arguments.get("messages")
+    if not isinstance(messages, list):
+        return arguments
+    return {**arguments, "messages": [dict(m) if isinstance(m, dict) else m for m in messages]}
 
 
 def _has_substance(chunk: dict[str, Any]) -> bool:

@@ -548,20 +548,3 @@ def test_a_turn_counts_its_tools_once_for_the_list_and_its_shallow_copies() -> N
     renamed = [*tools[:2], {**tools[2], "type": "custom"}]  # the same function object, another field
     turn.count_tools(renamed)
     assert ToolCounting.calls == 4
-
-
-def test_noted_copies_count_as_their_originals_without_a_lookup_each() -> None:
-    counting = CountingEstimator()
-    inner = CachingEstimator(counting)
-    history = [{"role": "user", "content": f"message {i}"} for i in range(30)]
-    turn = TurnEstimator(inner, 1.2)
-    counts = turn.counts(history)
-    copies = [dict(m) for m in history]
-    turn.note_copies(copies, history)
-    assert turn._by_object[id(copies[3])][2] == turn.base_counts(history)[3]  # memoized at the original's count
-    assert turn.counts(copies) == counts and len(counting.history) == 30
-    # A copy whose content is replaced afterwards is counted again, as any memoized message.
-    copies[0]["content"] = "changed " * 40
-    assert turn.count_message(copies[0]) == math.ceil(ESTIMATOR.count_message(copies[0]) * 1.2)
-    with pytest.raises(ValueError):
-        turn.note_copies(copies[:2], history)

@@ -7,6 +7,7 @@ connections, answers that are not answers). And the rule: what it does not accep
 
 from __future__ import annotations
 
+import copy
 import importlib
 import inspect
 import json
@@ -465,3 +466,27 @@ async def test_a_fast_call_leaves_no_cycle_holding_the_request_body(provider) ->
             gc.set_debug(0)
             gc.garbage.clear()
             gc.enable()
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["acompletion", "fast"])
+@pytest.mark.parametrize("route", ["openai", "azure", "anthropic"])
+@pytest.mark.parametrize("systems", [1, 2])  # two system messages in a row take litellm's own message steps
+async def test_the_sessions_messages_come_back_unchanged(provider: Any, fast: bool, route: str, systems: int) -> None:
+    """The assembly hands the provider adapter the history's own message dicts (not copies); litellm's
+    message steps write into what they get (``validate_and_fix_openai_messages`` puts a new tool-call list
+    into each message), so the adapter must hand litellm copies: every message, and every value in it,
+    is the very object it was."""
+    messages = [{"role": "system", "content": "Two in a row."}] * (systems - 1) + [{**m} for m in HISTORY]
+    before = [(message, dict(message), copy.deepcopy(message)) for message in messages]
+    backend = LiteLLMBackend(timeout_seconds=30, fast_path=fast)
+    api_base = provider.add(body=ANSWERS[route])
+    arguments = {**ROUTES[route], "api_base": api_base, "api_key": "sk-test-key", "messages": messages}
+    assert backend._fast is None or backend._fast.accepts(backend.provider_arguments(arguments))
+    try:
+        await backend.complete(arguments)
+    finally:
+        await backend.aclose()
+    assert len(provider.received[api_base.split("/")[3]]) == 1  # the call was made
+    for message, (same, fields, deep) in zip(messages, before, strict=True):
+        assert message is same and message == deep
+        assert list(message) == list(fields) and all(message[key] is value for key, value in fields.items())

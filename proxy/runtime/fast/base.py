@@ -92,7 +92,10 @@ class Route:
         # The message steps in one pass for plain messages (``fast/messages.py``), else litellm's own.
         plain = plain_messages(llm_input["messages"])
         messages = (
-            plain if plain is not None else p["validate_and_fix_openai_messages"](messages=list(llm_input["messages"]))
+            plain
+            if plain is not None
+            # litellm's steps write into the messages they fix: they get copies (the history's are the session's)
+            else p["validate_and_fix_openai_messages"](messages=[_copy(m) for m in llm_input["messages"]])
         )
         params["tools"] = p["validate_and_fix_openai_tools"](tools=params.get("tools"))
         params["tool_choice"] = p["validate_chat_completion_tool_choice"](
@@ -197,6 +200,10 @@ async def post_json(
 def chained(new: Exception, cause: BaseException) -> Exception:
     new.__cause__ = cause
     return new
+
+
+def _copy(message: Any) -> Any:
+    return dict(message) if isinstance(message, dict) else message
 
 
 def _plain_message(message: Any) -> bool:
