@@ -6,6 +6,7 @@ many times; ``TurnEstimator`` counts each once, over any ``TokenEstimator`` (usu
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import operator
 from collections.abc import Mapping, Sequence
@@ -81,7 +82,7 @@ class TurnEstimator:
         # with neither content nor calls has no anchor (None): the anchor maps get a key for None, which
         # no lookup asks for (see ``_anchor``).
         ids = list(map(id, messages))
-        contents = list(map(_content_of, messages))
+        contents = _contents(messages)
         anchors = [c if c is not None else m.get("tool_calls") for m, c in zip(messages, contents, strict=True)]
         anchor_ids = list(map(id, anchors))
         # A message the shared cache already counted (the resent prefix: nearly all) is memoized here and
@@ -171,17 +172,49 @@ class TurnEstimator:
         Several stages count one sequence of the same message objects (the validator the composed input,
         then the calibration sample what was sent): the second time it is recognized in C-speed passes
         (the ids, and each message's content still the one counted) instead of one lookup per message.
+        A sequence that holds one counted before as a run (the composed input: the system prompt, then
+        the history the compactor and the window counted) takes that run's counts whole too.
         """
         key = tuple(map(id, messages))
-        contents = tuple(map(_content_of, messages))
+        contents = tuple(_contents(messages))
         seen = self._sequences.get(key)
         if seen is not None and all(map(operator.is_, seen[1], contents)):
             return list(seen[2])
+        run = self._counted_run(key, contents)
+        if run is None:
+            out = self._count_each(messages, contents)
+        else:
+            start, stop, counts = run
+            out = [
+                *self._count_each(messages[:start], contents[:start]),
+                *counts,
+                *self._count_each(messages[stop:], contents[stop:]),
+            ]
+        self._remember_sequence(key, tuple(messages), contents, tuple(out))
+        return out
+
+    def _counted_run(self, key: tuple[int, ...], contents: tuple[Any, ...]) -> tuple[int, int, tuple[int, ...]] | None:
+        """The longest sequence counted before that ``key`` holds as a run, its contents unchanged:
+        (where it starts, where it stops, its counts); found by its first message's id, compared at C speed."""
+        for known_key, (_, known_contents, counts) in sorted(self._sequences.items(), key=lambda i: -len(i[0])):
+            if not known_key or len(known_key) >= len(key):
+                continue
+            try:
+                start = key.index(known_key[0])
+            except ValueError:
+                continue
+            stop = start + len(known_key)
+            if key[start:stop] == known_key and all(map(operator.is_, known_contents, contents[start:stop])):
+                return start, stop, counts
+        return None
+
+    def _count_each(self, messages: Sequence[Mapping[str, Any]], contents: Sequence[Any]) -> list[int]:
+        """``base_count_message`` of each of ``messages`` (``contents``: theirs), its two cheap answers inlined
+        (a call per message is most of their cost): the very message counted before, or a shallow copy of
+        one (the composer's, nearly all)."""
         by_object, by_anchor, count = self._by_object, self._by_anchor, self.base_count_message
         out: list[int] = []
         for message, content in zip(messages, contents, strict=True):
-            # base_count_message's two cheap answers, inlined (a call per message is most of their cost):
-            # the very message counted before, or a shallow copy of one (the composer's, nearly all).
             known = by_object.get(id(message))
             if known is not None and known[0] is message and known[1] is content:
                 out.append(known[2])
@@ -193,7 +226,6 @@ class TurnEstimator:
                 out.append(original[1])
                 continue
             out.append(count(message))
-        self._remember_sequence(key, tuple(messages), contents, tuple(out))
         return out
 
     def _remember_sequence(
@@ -210,7 +242,7 @@ class TurnEstimator:
     def has_counted(self, messages: Sequence[Mapping[str, Any]]) -> bool:
         """Whether this very sequence of messages is counted already (its next count is a memo hit)."""
         seen = self._sequences.get(tuple(map(id, messages)))
-        return seen is not None and all(map(operator.is_, seen[1], map(_content_of, messages)))
+        return seen is not None and all(map(operator.is_, seen[1], _contents(messages)))
 
     def unscaled(self) -> TokenEstimator:
         """This memo's base counts (what calibration compares with the provider's figure)."""
@@ -265,7 +297,17 @@ class TurnEstimator:
 _SEQUENCES_PER_TURN = 8  # a turn counts a handful of whole sequences (history, window, composed input)
 _COUNTED_WHEN_NAMED = 64  # new messages of a named history counted at once (a turn adds a few)
 _CountedSequence: TypeAlias = tuple[tuple[Mapping[str, Any], ...], tuple[Any, ...], tuple[int, ...]]
-_content_of = operator.methodcaller("get", "content")
+_CONTENT = itertools.repeat("content")
+
+
+def _contents(messages: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """Each message's ``content``, in one C-speed pass: ``dict.get`` mapped over the messages (a third of
+    what ``operator.methodcaller`` costs, which looks the method up for each); a mapping that is not a
+    dict is asked one by one."""
+    try:
+        return list(map(dict.get, messages, _CONTENT))  # type: ignore[arg-type]
+    except TypeError:
+        return [message.get("content") for message in messages]
 
 
 def counts_of(estimator: TokenEstimator, messages: Sequence[Mapping[str, Any]]) -> list[int]:

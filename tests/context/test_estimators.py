@@ -387,6 +387,24 @@ def test_the_same_sequence_counted_again_is_recognized_whole() -> None:
     assert turn.counts(sent) == first
 
 
+def test_a_sequence_holding_a_counted_one_takes_its_counts_whole_and_counts_only_the_rest() -> None:
+    inner = CountingEstimator()
+    turn = TurnEstimator(inner, 1.1)
+    history = [{"role": "user" if i % 2 else "assistant", "content": f"step {i}"} for i in range(30)]
+    counted = turn.counts(history)
+    system, note = {"role": "system", "content": "the prompt"}, {"role": "user", "content": "a hidden note"}
+    calls: list[object] = []
+    real = turn.base_count_message
+    turn.base_count_message = lambda message: calls.append(message) or real(message)  # type: ignore[method-assign]
+    composed = [system, *history, note]  # the validator's input: the prompt, the history, a contributor's message
+    assert turn.counts(composed) == [turn.count_message(system), *counted, turn.count_message(note)]
+    assert calls[:2] == [system, note]  # the history was taken whole, not looked up message by message
+    history[3]["content"] = "rewritten in place since, and longer than before"  # no stage does: counted again
+    recounted = turn.counts([system, *history])
+    fresh = TurnEstimator(CountingEstimator(), 1.1).count_message(history[3])
+    assert recounted[4] == fresh != counted[3] and recounted[5:] == counted[4:]
+
+
 def test_naming_the_same_history_again_is_a_no_op_and_a_changed_one_is_named() -> None:
     inner = CachingEstimator(CountingEstimator())
     history = [{"role": "user", "content": f"step {i}"} for i in range(10)]
