@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from proxy.errors import ProviderError, ProxyError
 from proxy.offline import prepare_offline_environment
+from proxy.runtime.fast.messages import copied_messages
 from proxy.runtime.provider_errors import translate_provider_error
 from proxy.runtime.serialize import StreamSerializer, response_to_openai
 
@@ -88,8 +89,9 @@ class LiteLLMBackend:
         """Call the provider once and return its answer as an OpenAI response dict."""
         arguments = self.provider_arguments(llm_input)
         try:
-            if self._fast is not None and self._fast.accepts(arguments):
-                response = await self._fast.complete(arguments, arguments["timeout"])
+            fast = self._fast.accepted(arguments) if self._fast is not None else None
+            if self._fast is not None and fast is not None:
+                response = await self._fast.complete(fast, arguments["timeout"])
             else:
                 response = await self._litellm.acompletion(**_own_messages(arguments))
         except ProxyError:
@@ -133,13 +135,11 @@ class LiteLLMBackend:
 
 
 def _own_messages(arguments: dict[str, Any]) -> dict[str, Any]:
-    """``arguments`` with a shallow copy of each message: litellm's own steps may write into the messages
-    they are handed (its tool-call fixes do), and those are the session's (the assembly passes the
-    history's messages on as they are, ``context/composer.py``)."""
+    """``arguments`` with a shallow copy of each message (``copied_messages``: litellm writes into them)."""
     messages = arguments.get("messages")
     if not isinstance(messages, list):
         return arguments
-    return {**arguments, "messages": [dict(m) if isinstance(m, dict) else m for m in messages]}
+    return {**arguments, "messages": copied_messages(messages)}
 
 
 def _has_substance(chunk: dict[str, Any]) -> bool:

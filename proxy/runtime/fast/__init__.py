@@ -30,6 +30,7 @@ not reproduced here.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -38,12 +39,23 @@ from proxy.runtime.fast import surface
 from proxy.runtime.fast.anthropic import AnthropicRoute
 from proxy.runtime.fast.azure import AzureRoute
 from proxy.runtime.fast.base import Route
+from proxy.runtime.fast.messages import MessageScan
 from proxy.runtime.fast.openai import OpenAIRoute
 from proxy.runtime.fast.surface import LITELLM_SURFACE
 
-__all__ = ["LITELLM_SURFACE", "FastPath"]
+__all__ = ["LITELLM_SURFACE", "FastCall", "FastPath"]
 
 _MAX_CONNECTIONS = 200
+
+
+@dataclass(frozen=True)
+class FastCall:
+    """A call the fast path took: its route, its arguments, and what the route's check made of its
+    messages (the check and the message steps are one pass over a history of thousands)."""
+
+    route: Route
+    llm_input: dict[str, Any]
+    scan: MessageScan
 
 
 class FastPath:
@@ -64,19 +76,22 @@ class FastPath:
 
     def accepts(self, llm_input: dict[str, Any]) -> bool:
         """Whether the fast path sends exactly what acompletion would (the documented rule)."""
-        route = self._route(llm_input)
-        return route is not None and route.accepts(llm_input)
+        return self.accepted(llm_input) is not None
 
-    async def complete(self, llm_input: dict[str, Any], timeout: float) -> Any:
-        """One provider call of a shape ``accepts`` took; returns litellm's ``ModelResponse`` or raises
-        a litellm exception."""
+    def accepted(self, llm_input: dict[str, Any]) -> FastCall | None:
+        """The call, for ``complete``, when the fast path sends exactly what acompletion would; else ``None``."""
         route = self._route(llm_input)
-        assert route is not None, "complete() is for calls accepts() took"
+        scan = route.accepted(llm_input) if route is not None else None
+        return None if route is None or scan is None else FastCall(route, llm_input, scan)
+
+    async def complete(self, call: FastCall, timeout: float) -> Any:
+        """One provider call that ``accepted`` took; returns litellm's ``ModelResponse`` or raises a litellm
+        exception."""
         if self._client is None:
             limits = httpx.Limits(max_connections=_MAX_CONNECTIONS, max_keepalive_connections=_MAX_CONNECTIONS)
             self._client = httpx.AsyncClient(limits=limits, follow_redirects=False)
         # litellm resolves a route's timeout to a float (and says so in its errors)
-        return await route.complete(self._client, llm_input, float(timeout))
+        return await call.route.complete(self._client, call.llm_input, float(timeout), call.scan)
 
     def _route(self, llm_input: dict[str, Any]) -> Route | None:
         model = llm_input.get("model")

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from proxy.runtime.fast.base import Prepared, Route, post_json
+from proxy.runtime.fast.messages import MessageScan
 
 # What Anthropic's parameter mapping takes without dropping or refusing; the rest goes to acompletion.
 _ANTHROPIC_PARAMS = (
@@ -52,9 +53,11 @@ class AnthropicRoute(Route):
         )
         return type(config) is p["AnthropicConfig"]
 
-    async def complete(self, client: httpx.AsyncClient, llm_input: dict[str, Any], timeout: float) -> Any:
+    async def complete(
+        self, client: httpx.AsyncClient, llm_input: dict[str, Any], timeout: float, scan: MessageScan
+    ) -> Any:
         try:
-            call = await self._request(llm_input)
+            call = await self._request(llm_input, scan)
         except Exception as exc:  # completion() maps a request it cannot build too
             raise self.mapped(llm_input["model"].split("/", 1)[1], exc) from exc
         try:
@@ -75,10 +78,10 @@ class AnthropicRoute(Route):
         except Exception as exc:  # mapped the way litellm maps its own call's failures
             raise self.mapped(call.prepared.model, exc) from exc
 
-    async def _request(self, llm_input: dict[str, Any]) -> _Call:
+    async def _request(self, llm_input: dict[str, Any], scan: MessageScan) -> _Call:
         """The request ``_complete_anthropic`` and the handler build (main.py, handler.py ``completion``)."""
         p = self._parts
-        prepared = self.prepare(llm_input)
+        prepared = self.prepare(llm_input, scan)
         model = prepared.model
         url = p["ensure_api_route"](prepared.api_base, "v1/messages")
         # the handler's own options leave the params; the rest is its copy of params and messages

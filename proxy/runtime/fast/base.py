@@ -10,16 +10,17 @@ import httpx
 
 from proxy import jsonio
 from proxy.runtime.fast.messages import (
+    MessageScan,
+    copied_messages,
+    litellm_copies,
     pinned_request_transform,
     pinned_translations,
-    plain_messages,
+    scan_messages,
     translates_unchanged,
 )
 
 # Keys of a provider call every route understands; a route adds its own (Azure's ``api_version``).
 ROUTE_KEYS = frozenset({"model", "messages", "api_base", "api_key", "timeout", "max_retries", "num_retries"})
-_ROLES = frozenset({"system", "user", "assistant", "tool"})
-_MESSAGE_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "refusal"})
 _TOOL_KEYS = frozenset({"type", "function"})
 _FUNCTION_KEYS = frozenset({"name", "description", "parameters", "strict"})
 
@@ -36,7 +37,9 @@ class Prepared:
     optional: dict[str, Any]  # litellm's optional params, mapped for the provider
     config: Any  # the provider's chat config
     litellm_params: dict[str, Any]  # what completion() hands the provider's handler as litellm_params
-    plain: bool = False  # the messages are ``plain_messages``' copies, as they came (``fast/messages.py``)
+    # The messages are the call's own (``MessageScan.sendable``), for a request that puts them in as they
+    # are (``Route._splices``); otherwise they are copies, which a transformation may rewrite.
+    spliced: bool = False
 
 
 class Route:
@@ -54,55 +57,63 @@ class Route:
         self._pinned_request = pinned_request_transform(parts)
 
     def accepts(self, llm_input: dict[str, Any]) -> bool:
-        """The shape every route asks for; ``_accepts`` adds the provider's own conditions."""
+        """Whether this route sends exactly what acompletion would (``accepted``)."""
+        return self.accepted(llm_input) is not None
+
+    def accepted(self, llm_input: dict[str, Any]) -> MessageScan | None:
+        """The shape every route asks for, with the messages' scan (``scan_messages``: the rule for messages
+        and what is sent of them, in one pass) for ``complete``; ``_accepts`` adds the provider's own
+        conditions. ``None``: not a call this route takes."""
         model, api_base = llm_input.get("model"), llm_input.get("api_base")
         if not (isinstance(model, str) and model.startswith(f"{self.provider}/")):
-            return False
+            return None
         if not (isinstance(api_base, str) and api_base) or llm_input.get("stream"):
-            return False
+            return None
         if not set(llm_input) <= self.route_keys | frozenset(self.params):
-            return False
+            return None
         if not isinstance(llm_input.get("api_key"), str) or not isinstance(llm_input.get("messages"), list):
-            return False
+            return None
         timeout = llm_input.get("timeout")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):  # a string or httpx.Timeout
-            return False
+            return None
         if self._litellm.proxy_auth is not None:  # litellm would add its headers to every call
-            return False
+            return None
         for name in (model, model.split("/", 1)[1]):
             if (self._litellm.model_cost.get(name) or {}).get("mode") == "responses":
-                return False  # litellm bridges such models to the Responses API
+                return None  # litellm bridges such models to the Responses API
         tools = llm_input.get("tools")
         if tools is not None and not (isinstance(tools, list) and all(map(_plain_tool, tools))):
-            return False
-        return all(map(_plain_message, llm_input["messages"])) and self._accepts(llm_input)
+            return None
+        scan = scan_messages(llm_input["messages"])
+        return scan if scan is not None and self._accepts(llm_input) else None
 
     def _accepts(self, llm_input: dict[str, Any]) -> bool:
         raise NotImplementedError
 
-    async def complete(self, client: httpx.AsyncClient, llm_input: dict[str, Any], timeout: float) -> Any:
-        """One provider call; returns litellm's ``ModelResponse`` or raises what acompletion raises."""
+    async def complete(
+        self, client: httpx.AsyncClient, llm_input: dict[str, Any], timeout: float, scan: MessageScan
+    ) -> Any:
+        """One provider call of a shape ``accepted`` took (``scan``: what it made of the messages); returns
+        litellm's ``ModelResponse`` or raises what acompletion raises."""
         raise NotImplementedError
 
-    def prepare(self, llm_input: dict[str, Any], **provider_params: Any) -> Prepared:
+    def prepare(self, llm_input: dict[str, Any], scan: MessageScan, **provider_params: Any) -> Prepared:
         """The steps ``litellm.completion`` runs for every provider, in its order (main.py): message, tool
-        and ``stop`` validation, the provider, the developer role, the optional params."""
+        and ``stop`` validation, the provider, the developer role, the optional params. The message steps
+        are ``scan``'s one pass where it made them (``fast/messages.py``), else litellm's own; for plain
+        messages they cannot fail, so the provider's config is found before their copies are made."""
         p = self._parts
         params = {key: llm_input.get(key) for key in self.params}
-        # The message steps in one pass for plain messages (``fast/messages.py``), else litellm's own.
-        plain = plain_messages(llm_input["messages"])
-        messages = (
-            plain
-            if plain is not None
-            # litellm's steps write into the messages they fix: they get copies (the history's are the session's)
-            else p["validate_and_fix_openai_messages"](messages=[_copy(m) for m in llm_input["messages"]])
-        )
+        sendable = scan.sendable
+        messages: list[Any] = []
+        if sendable is None:
+            messages = p["validate_and_fix_openai_messages"](messages=copied_messages(llm_input["messages"]))
         params["tools"] = p["validate_and_fix_openai_tools"](tools=params.get("tools"))
         params["tool_choice"] = p["validate_chat_completion_tool_choice"](
             tool_choice=params.get("tool_choice"), model=llm_input["model"]
         )
         params["stop"] = p["validate_openai_optional_params"](stop=params.get("stop"))
-        if plain is None:
+        if sendable is None:
             messages = p["get_completion_messages"](
                 messages=messages,
                 ensure_alternating_roles=False,
@@ -113,7 +124,11 @@ class Route:
             model=llm_input["model"], api_base=llm_input["api_base"], api_key=llm_input["api_key"]
         )
         config = p["ProviderConfigManager"].get_provider_chat_config(model=model, provider=p["LlmProviders"](provider))
-        untranslated = plain is not None and translates_unchanged(config, self._pinned)
+        untranslated = sendable is not None and translates_unchanged(config, self._pinned)
+        spliced = False
+        if sendable is not None:  # the call's own messages where they are only serialized, else copies
+            spliced = untranslated and self._splices(config, sendable)
+            messages = sendable if spliced else litellm_copies(sendable)
         if not untranslated:
             messages = list(
                 config.translate_developer_role_to_system_role(
@@ -142,9 +157,12 @@ class Route:
             max_retries=llm_input.get("max_retries"),
             timeout=llm_input.get("timeout"),
         )
-        return Prepared(
-            model, provider, api_base, api_key, messages, optional, config, litellm_params, plain=untranslated
-        )
+        return Prepared(model, provider, api_base, api_key, messages, optional, config, litellm_params, spliced=spliced)
+
+    def _splices(self, config: Any, sendable: list[dict[str, Any]]) -> bool:
+        """Whether this route's request takes ``sendable`` as they are, only to serialize them (no route
+        does unless it says so)."""
+        return False
 
     def model_response(self, answer: dict[str, Any], headers: dict[str, str], **conversion: Any) -> Any:
         """An OpenAI-shaped answer as litellm's ``ModelResponse``, the way its OpenAI-SDK handlers convert it."""
@@ -200,26 +218,6 @@ async def post_json(
 def chained(new: Exception, cause: BaseException) -> Exception:
     new.__cause__ = cause
     return new
-
-
-def _copy(message: Any) -> Any:
-    return dict(message) if isinstance(message, dict) else message
-
-
-def _plain_message(message: Any) -> bool:
-    # keys() <= a set compares without building a set of each message's keys (hundreds a call)
-    if not isinstance(message, dict) or message.get("role") not in _ROLES or not message.keys() <= _MESSAGE_KEYS:
-        return False
-    content = message.get("content")
-    if isinstance(content, list):
-        if not all(isinstance(part, dict) and part.get("type") == "text" for part in content):
-            return False
-    elif content is not None and not isinstance(content, str):
-        return False
-    calls = message.get("tool_calls")
-    return calls is None or (
-        isinstance(calls, list) and all(isinstance(c, dict) and c.get("type") == "function" for c in calls)
-    )
 
 
 def _plain_tool(tool: Any) -> bool:

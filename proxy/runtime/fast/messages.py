@@ -17,31 +17,91 @@ lists and fails when a litellm upgrade changes what they make of them, or moves 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+# The messages the fast path takes (``Route.accepts``): these roles and keys, text content, function calls.
+_ROLES = frozenset({"system", "user", "assistant", "tool"})
+_MESSAGE_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "refusal"})
+
+
+@dataclass(frozen=True, slots=True)
+class MessageScan:
+    """One pass over a call's messages, every one of them taken (``scan_messages``).
+
+    ``sendable``: what litellm's message steps leave of them as JSON (each message as it is, or a copy
+    without its ``None`` fields: the steps' copies serialize alike), for a request that only serializes
+    them (``splices_messages``); ``None`` where the translation step could change them (two system
+    messages in a row), which then go through litellm's steps.
+    """
+
+    sendable: list[dict[str, Any]] | None
+
+
+def scan_messages(messages: Sequence[Any]) -> MessageScan | None:
+    """The fast path's rule for messages, and what it sends of them, in one pass; ``None`` when some message
+    is not taken: each must be a dict with a role but developer, only the keys above, text content (a
+    string, ``None`` or text parts) and function calls. The messages are not changed, and a sendable
+    message that is not a copy is one of them. A resent history is thousands of messages: one loop body
+    per message, its checks inlined (no generator, no call per message)."""
+    sendable: list[dict[str, Any]] = []
+    append, roles, keys = sendable.append, _ROLES, _MESSAGE_KEYS
+    previous, translatable = None, False
+    for message in messages:
+        if not isinstance(message, dict):
+            return None
+        role = message.get("role")
+        if role not in roles or not message.keys() <= keys:  # keys() <= a set: no set of each message's keys
+            return None
+        content = message.get("content")
+        if content is not None and type(content) is not str:
+            if not isinstance(content, list):
+                if not isinstance(content, str):
+                    return None
+            else:
+                for part in content:
+                    if not isinstance(part, dict) or part.get("type") != "text":
+                        return None
+        calls = message.get("tool_calls")
+        if calls is not None:
+            if not isinstance(calls, list):
+                return None
+            for call in calls:
+                if not isinstance(call, dict) or call.get("type") != "function":
+                    return None
+        translatable = translatable or role == previous == "system"
+        previous = role
+        # Nearly every message has no None field: then the message itself, not a comprehension over it.
+        append(message if None not in message.values() else {k: v for k, v in message.items() if v is not None})
+    return MessageScan(None if translatable else sendable)
 
 
 def plain_messages(messages: Sequence[Any]) -> list[dict[str, Any]] | None:
     """What ``validate_and_fix_openai_messages`` and ``get_completion_messages`` make of ``messages``, which
-    ``Route.accepts`` took; ``None`` where the translation step could change them (a developer message, two
-    system messages in a row), which then goes through litellm's steps. ``messages`` are not changed (litellm
-    writes the copied tool calls back into them: the values are the same)."""
+    the fast path takes (``scan_messages``); ``None`` where the translation step could change them (two
+    system messages in a row) or the fast path does not take them. ``messages`` are not changed."""
+    scan = scan_messages(messages)
+    return None if scan is None or scan.sendable is None else litellm_copies(scan.sendable)
+
+
+def litellm_copies(sendable: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What litellm's message steps make of ``MessageScan.sendable``: a copy of each message, its tool calls
+    copied one by one (``jsonify_tools``), for a provider's transformation, which may rewrite them."""
     out: list[dict[str, Any]] = []
-    previous = None
-    for message in messages:
-        role = message.get("role")
-        if not role or role == "developer" or (role == previous == "system"):
-            return None
-        previous = role
-        # Nearly every message has no None field: then a C-speed copy, not a comprehension over its fields.
-        if None in message.values():
-            fixed = {key: value for key, value in message.items() if value is not None}
-        else:
-            fixed = message.copy()
+    for message in sendable:
+        fixed = message.copy()
         calls = fixed.get("tool_calls")
         if calls:
-            fixed["tool_calls"] = [dict(call) for call in calls]  # jsonify_tools: a copy of each dict
+            fixed["tool_calls"] = [dict(call) for call in calls]
         out.append(fixed)
     return out
+
+
+def copied_messages(messages: Sequence[Any]) -> list[Any]:
+    """A shallow copy of each message, for litellm's own message steps: they write into the messages they
+    are handed (their tool-call fixes do), and those are the session's (the assembly passes the history's
+    messages on as they are, ``context/composer.py``)."""
+    return [dict(m) if isinstance(m, dict) else m for m in messages]
 
 
 def pinned_translations(parts: dict[str, Any]) -> frozenset[Any]:

@@ -11,7 +11,7 @@ import httpx
 import openai
 
 from proxy.runtime.fast.base import Prepared, Route, chained, post_json
-from proxy.runtime.fast.messages import splices_messages
+from proxy.runtime.fast.messages import MessageScan, splices_messages
 
 _OPENAI_PARAMS = (
     "temperature",
@@ -47,9 +47,11 @@ class OpenAIRoute(Route):
     def _accepts(self, llm_input: dict[str, Any]) -> bool:
         return not self._litellm.OpenAIConfig.get_config()  # an operator's module-level OpenAI defaults
 
-    async def complete(self, client: httpx.AsyncClient, llm_input: dict[str, Any], timeout: float) -> Any:
+    async def complete(
+        self, client: httpx.AsyncClient, llm_input: dict[str, Any], timeout: float, scan: MessageScan
+    ) -> Any:
         try:
-            prepared = self.prepare(llm_input, **self._provider_params(llm_input))
+            prepared = self.prepare(llm_input, scan, **self._provider_params(llm_input))
             data, json_mode = self._body(prepared)
             url, headers = self._endpoint(prepared, llm_input)
         except Exception as exc:  # completion() maps a request it cannot build too (an unsupported param)
@@ -68,6 +70,9 @@ class OpenAIRoute(Route):
         except Exception as exc:  # mapped the way litellm maps its own call's failures
             raise self.mapped(prepared.model, self._wrapped(exc)) from exc
 
+    def _splices(self, config: Any, sendable: list[dict[str, Any]]) -> bool:
+        return splices_messages(config, self._pinned_request, sendable, self._litellm)
+
     def _provider_params(self, llm_input: dict[str, Any]) -> dict[str, Any]:
         """What ``completion()`` passes ``get_optional_params`` besides the OpenAI parameters."""
         return {}
@@ -81,9 +86,7 @@ class OpenAIRoute(Route):
         json_mode = bool(optional.pop("json_mode", False)) if self.converts_json_mode else False
         # Plain text messages pass the config's message steps unchanged: built without them, put in after
         # (``splices_messages``), rather than walked several times over on every call.
-        splice = prepared.plain and splices_messages(
-            prepared.config, self._pinned_request, prepared.messages, self._litellm
-        )
+        splice = prepared.spliced
         data = prepared.config.transform_request(
             model=prepared.model,
             messages=[] if splice else prepared.messages,
