@@ -248,7 +248,7 @@ class ContextPipeline:
         records = [r for r in inp.history if r.message.get("role") not in roles] if instructions else list(inp.history)
         cap = apply_message_count_cap([r.message for r in records], self._config.max_history_messages)
         progress.cap_dropped_messages, progress.cap_diagnostics = cap.dropped_messages, cap.diagnostics
-        kept = [records[i] for i in cap.kept_indices]
+        kept = [records[i] for i in cap.kept_indices] if cap.dropped_messages else records
         history: list[dict[str, Any]] = [dict(r.message) for r in kept]
 
         # Contributors see the client's instructions first, then the visible history.

@@ -59,26 +59,32 @@ def _protocol_problems(messages: Sequence[Mapping[str, Any]], require_user: bool
     pending: list[str] = []
     pending_at = -1
     users = 0
+    valid, results = VALID_ROLES, RESULT_ROLES
     for i, message in enumerate(messages):
         role = message.get("role")
-        if role not in VALID_ROLES:
+        if role not in valid:
             roles.append(f"message {i} has invalid role {role!r}")
         if "tool_calls" in message and (message.get("tool_calls") == [] or role != "assistant"):
             # OpenAI rejects tool_calls: [] and tool calls on any role but assistant.
             roles.append(f"message {i} ({role}) has invalid tool_calls")
-        if role in RESULT_ROLES:
+        if role in results:
             rid = "function_call" if role == "function" else str(message.get("tool_call_id", ""))
             if rid in pending:
                 pending.remove(rid)
             else:
                 pairing.append(f"message {i}: tool result {rid!r} has no matching call right before it")
             continue
-        users += role == "user"
+        if role == "user":
+            users += 1
         if pending:
             pairing.append(f"message {pending_at}: tool calls {pending} have no results")
-        pending = call_ids(message) if role == "assistant" else []
-        if len(set(pending)) != len(pending):
-            pairing.append(f"message {i}: duplicate tool call ids")
+        # Only a message with calls has call ids (``call_ids``): the others skip the call and its set.
+        if role == "assistant" and (message.get("tool_calls") or message.get("function_call")):
+            pending = call_ids(message)
+            if len(set(pending)) != len(pending):
+                pairing.append(f"message {i}: duplicate tool call ids")
+        else:
+            pending = []
         pending_at = i
     if pending:
         pairing.append(

@@ -116,12 +116,16 @@ class WorkingHistory:
         return (*self.costs[: self.head_end], *self.costs[self.start :])
 
     def previewed_refs(self) -> list[str]:
-        visible, messages = self.visible, self.messages
-        return [
-            ref
-            for i, entry in enumerate(self.entries[self.start :], self.start)
-            if (ref := entry.tool_output_ref) and is_preview(content_text(visible.get(i, messages[i]).get("content")))
-        ]
+        visible, messages, entries = self.visible, self.messages, self.entries
+        out: list[str] = []
+        for i in range(self.start, len(entries)):
+            ref = entries[i].tool_output_ref
+            if not ref:
+                continue  # no stored body: never previewed (most messages: only tool results have one)
+            content = (visible.get(i, messages[i]) if visible else messages[i]).get("content")
+            if is_preview(content if type(content) is str else content_text(content)):
+                out.append(ref)
+        return out
 
 
 def split_tail(message: Mapping[str, Any], text: str, cut: int) -> dict[str, Any]:
