@@ -10,6 +10,7 @@ import itertools
 import math
 import operator
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from proxy.canonical import HistoryEntry
@@ -49,8 +50,11 @@ class TurnEstimator:
         self._named: dict[int, tuple[Mapping[str, Any], str]] = {}  # id -> (message, chain hash)
         self._named_by_anchor: dict[int, tuple[Mapping[str, Any], str]] = {}  # id of content -> (message, hash)
         self._last_named: tuple[tuple[Mapping[str, Any], ...], list[str]] = ((), [])
-        # Named messages the shared cache knew (memoized, not named one by one): (messages, ids, hashes)
-        self._known_names: list[tuple[tuple[Mapping[str, Any], ...], list[int], list[str]]] = []
+        # Named messages, as named, where the shared cache knew some (memoized by their counts, not named
+        # one by one): every batch, for a memoized message rewritten in place since (``_name_of_known``),
+        # and those not yet put into the two maps above (``_index``).
+        self._known_batches: list[_Batch] = []
+        self._unindexed: list[_Batch] = []
         # ids of the tools' functions -> (the tools, their base count): see ``count_tools``
         self._tools: dict[tuple[int, ...], tuple[tuple[Mapping[str, Any], ...], int]] = {}
         # ids of a counted message sequence -> (the messages, their contents, base counts): see ``base_counts``
@@ -77,46 +81,35 @@ class TurnEstimator:
         self._last_named = (named_messages, hashes)
         if len(hashes) != len(messages):
             raise ValueError("one chain hash per message")
-        # In C-speed passes (map, zip, dict.update) rather than a loop body per message: a resent history
-        # is thousands of messages, nearly all of them already counted by the shared cache. A message
-        # with neither content nor calls has no anchor (None): the anchor maps get a key for None, which
-        # no lookup asks for (see ``_anchor``).
+        # In C-speed passes (map, list.count, list.index) rather than a loop body per message: a resent
+        # history is thousands of messages, nearly all of them already counted by the shared cache.
         ids = list(map(id, messages))
         contents = _contents(messages)
-        anchors = [c if c is not None else m.get("tool_calls") for m, c in zip(messages, contents, strict=True)]
-        anchor_ids = list(map(id, anchors))
-        # A message the shared cache already counted (the resent prefix: nearly all) is memoized here and
-        # now, as if counted: the turn's first count of it is then a memo hit, for it and for its shallow
-        # copies (by its anchor). Only the others need their names, to be counted by them when asked: a
-        # known message's name would only ever find the count it is memoized with.
         known: list[int | None] = self._known_at(hashes) if self._known_at is not None else [None] * len(hashes)
-        c_known = [tokens for tokens in known if tokens is not None]  # only what is counted is memoized
-        if len(c_known) < len(known):  # some messages are new
-            kept = [k for k, tokens in enumerate(known) if tokens is not None]
-            c_ids, c_messages = [ids[k] for k in kept], [messages[k] for k in kept]
-            c_contents, c_anchors = [contents[k] for k in kept], [anchor_ids[k] for k in kept]
-            new = [k for k, tokens in enumerate(known) if tokens is None]
+        missing = known.count(None)
+        new = _nones(known, missing)
+        if new:  # the others' names, to count them by when asked
             named = [(messages[k], hashes[k]) for k in new]
             self._named.update(zip([ids[k] for k in new], named, strict=True))
-            self._named_by_anchor.update(zip([anchor_ids[k] for k in new], named, strict=True))
-        else:
-            c_ids, c_messages, c_contents, c_anchors = ids, list(messages), contents, anchor_ids
-        if c_known:  # their names, for a memoized message rewritten in place since (``_name_of_known``)
-            self._known_names.append((named_messages, ids, hashes))
-        self._by_object.update(zip(c_ids, zip(c_messages, c_contents, c_known, strict=True), strict=True))
-        # The first copy counted keeps its anchor (setdefault's rule): reversed, so the first is written last.
-        first = dict(zip(reversed(c_anchors), zip(reversed(c_messages), reversed(c_known), strict=True), strict=True))
-        first.update(self._by_anchor)
-        self._by_anchor = first
+            anchors = [_anchor_of(messages[k], contents[k]) for k in new]
+            self._named_by_anchor.update(zip(map(id, anchors), named, strict=True))
+        if missing < len(known):
+            # A message the shared cache already counted (the resent prefix: nearly all) is memoized as if
+            # counted: a count of it, or of a shallow copy (by its anchor), finds it here. Kept as the
+            # batch it came in and indexed only when counting needs it message by message (``_index``):
+            # a warm turn counts its history as whole sequences, and the few messages it counts alone
+            # are looked for in the batch at C speed.
+            batch = _Batch(named_messages, ids, contents, known, hashes)
+            self._known_batches.append(batch)
+            self._unindexed.append(batch)
         # A warm turn's history is all known but what it adds: counting those few now lets every stage that
         # counts this very sequence (the compactor, the trace's size of the request) find it whole. Many
         # unknown messages (a first request) are left to the stages, which count a large history off the loop.
-        unknown = [index for index, tokens in enumerate(known) if tokens is None]
-        if len(unknown) <= _COUNTED_WHEN_NAMED:
-            counts = [
-                self.base_count_message(messages[i]) if tokens is None else tokens for i, tokens in enumerate(known)
-            ]
-            self._remember_sequence(tuple(ids), tuple(messages), tuple(contents), tuple(counts))
+        if missing <= _COUNTED_WHEN_NAMED:
+            counts = list(known)
+            for k in new:
+                counts[k] = self.base_count_message(messages[k])
+            self._remember_sequence(tuple(ids), named_messages, tuple(contents), tuple(counts))  # type: ignore[arg-type]
 
     def count_text(self, text: str) -> int:
         """Passed through (scaled): texts are few per turn."""
@@ -129,7 +122,7 @@ class TurnEstimator:
     def count_message_named(self, message: Mapping[str, Any], name: str) -> int:
         """``count_message`` of a message that ``name`` names as a chain hash names a history message
         (equal names, equal canonical messages): counted by that name by an inner estimator that can."""
-        seen = self._by_object.get(id(message))
+        seen = self._object_entry(message)
         if seen is None or seen[0] is not message or seen[1] is not message.get("content"):
             self._named[id(message)] = (message, name)
         return self.count_message(message)
@@ -212,6 +205,8 @@ class TurnEstimator:
         """``base_count_message`` of each of ``messages`` (``contents``: theirs), its two cheap answers inlined
         (a call per message is most of their cost): the very message counted before, or a shallow copy of
         one (the composer's, nearly all)."""
+        if self._unindexed and len(messages) > _LOOKED_FOR_ONE_BY_ONE:
+            self._index()
         by_object, by_anchor, count = self._by_object, self._by_anchor, self.base_count_message
         out: list[int] = []
         for message, content in zip(messages, contents, strict=True):
@@ -250,7 +245,7 @@ class TurnEstimator:
 
     def base_count_message(self, message: Mapping[str, Any]) -> int:
         """The inner estimator's count of ``message``, memoized."""
-        seen = self._by_object.get(id(message))
+        seen = self._object_entry(message)
         content = message.get("content")
         if seen is not None and seen[0] is message and seen[1] is content:
             return seen[2]
@@ -272,7 +267,7 @@ class TurnEstimator:
             return prefix.count_message_at(named[1], message)
         anchor = _anchor(message)
         if anchor is not None:
-            known = self._by_anchor.get(id(anchor))
+            known = self._anchor_entry(anchor)
             if known is not None and _same_fields(known[0], message):
                 return known[1]
             original = self._named_by_anchor.get(id(anchor))
@@ -283,18 +278,105 @@ class TurnEstimator:
     def _name_of_known(self, message: Mapping[str, Any]) -> tuple[Mapping[str, Any], str] | None:
         """The chain hash a memoized message was named by (no stage rewrites one in place: this is the
         rare way, a search of what was named rather than a map kept for every message of every turn)."""
-        for messages, ids, hashes in self._known_names:
+        for batch in self._known_batches:
             with contextlib.suppress(ValueError):
-                k = ids.index(id(message))
-                if messages[k] is message:
-                    return message, hashes[k]
+                k = batch.ids.index(id(message))
+                if batch.messages[k] is message:
+                    return message, batch.hashes[k]
         return None
+
+    def _object_entry(self, message: Mapping[str, Any]) -> tuple[Mapping[str, Any], Any, int] | None:
+        """What the memo holds for this very message object: (message, content, count), or ``None``."""
+        seen = self._by_object.get(id(message))
+        if seen is not None or not self._unindexed:
+            return seen
+        key = id(message)
+        for batch in self._unindexed:
+            with contextlib.suppress(ValueError):
+                k = batch.ids.index(key)  # its first place: a message named twice has the same count there
+                count = batch.counts[k]
+                if batch.messages[k] is message and count is not None:
+                    return message, batch.contents[k], count
+        return None
+
+    def _anchor_entry(self, anchor: Any) -> tuple[Mapping[str, Any], int] | None:
+        """The first memoized message whose content (or, without content, whose tool calls) is ``anchor``:
+        (message, count), or ``None``. A string is looked for among the batches' contents (equal strings
+        first, at C speed, then the very object); any other anchor indexes the batches."""
+        known = self._by_anchor.get(id(anchor))
+        if known is not None or not self._unindexed:
+            return known
+        if type(anchor) is not str:
+            self._index()
+            return self._by_anchor.get(id(anchor))
+        for batch in self._unindexed:
+            contents, start = batch.contents, 0
+            while True:
+                try:
+                    k = contents.index(anchor, start)
+                except ValueError:
+                    break
+                count = batch.counts[k]
+                if contents[k] is anchor and count is not None:
+                    return batch.messages[k], count
+                start = k + 1
+        return None
+
+    def _index(self) -> None:
+        """Put the named batches' counted messages into the maps a count looks in message by message (in
+        place: a caller may hold them; what the maps held already stays, as with ``dict.setdefault``)."""
+        for batch in self._unindexed:
+            counted = [k for k, count in enumerate(batch.counts) if count is not None]
+            messages = [batch.messages[k] for k in counted]
+            contents = [batch.contents[k] for k in counted]
+            counts = [count for count in batch.counts if count is not None]
+            ids = [batch.ids[k] for k in counted]
+            objects = dict(zip(ids, zip(messages, contents, counts, strict=True), strict=True))
+            objects.update(self._by_object)
+            self._by_object.update(objects)
+            # The first copy counted keeps its anchor: reversed, so the first is written last. A message with
+            # neither content nor calls has no anchor (None): the map gets a key for None, which no lookup asks for.
+            anchors = list(map(id, map(_anchor_of, messages, contents)))
+            first = dict(zip(reversed(anchors), zip(reversed(messages), reversed(counts), strict=True), strict=True))
+            first.update(self._by_anchor)
+            self._by_anchor.update(first)
+        self._unindexed.clear()
 
     def _scaled(self, count: int) -> int:
         return count if self.factor == 1.0 else math.ceil(count * self.factor)
 
 
 _SEQUENCES_PER_TURN = 8  # a turn counts a handful of whole sequences (history, window, composed input)
+_LOOKED_FOR_ONE_BY_ONE = 8  # a longer sequence counted message by message indexes the named batches first
+
+
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """Messages named at once (``name_messages``), with their contents, ids, chain hashes and the counts
+    the shared cache knew (``None``: counted by name when asked). Holds the messages: their ids stay theirs."""
+
+    messages: tuple[Mapping[str, Any], ...]
+    ids: list[int]
+    contents: list[Any]
+    counts: list[int | None]
+    hashes: list[str]
+
+
+def _nones(values: list[Any], how_many: int) -> list[int]:
+    """The indices of the first ``how_many`` ``None`` in ``values``, found at C speed (``list.index``)."""
+    out: list[int] = []
+    at = -1
+    for _ in range(how_many):
+        at = values.index(None, at + 1)
+        out.append(at)
+    return out
+
+
+def _anchor_of(message: Mapping[str, Any], content: Any) -> Any:
+    """``_anchor`` of a message whose content is ``content`` (read already)."""
+    return content if content is not None else message.get("tool_calls")
+
+
 _COUNTED_WHEN_NAMED = 64  # new messages of a named history counted at once (a turn adds a few)
 _CountedSequence: TypeAlias = tuple[tuple[Mapping[str, Any], ...], tuple[Any, ...], tuple[int, ...]]
 _CONTENT = itertools.repeat("content")

@@ -318,6 +318,28 @@ def test_a_named_message_known_to_the_cache_is_memoized_when_named_and_recounted
     assert turn.count_message(dict(history[3])) == known[3] and len(counting.history) == 5
 
 
+def test_named_known_messages_are_found_alone_without_indexing_and_a_long_recount_indexes_them() -> None:
+    counting = CountingEstimator()
+    inner = CachingEstimator(counting)
+    history = [{"role": "user" if i % 3 else "tool", "content": f"entry {i} " * (i % 7 + 1)} for i in range(40)]
+    history.append({"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function"}]})
+    hashes = chain_hashes(history)
+    known = [inner.count_message_at(h, m) for h, m in zip(hashes, history, strict=True)]
+    asked = len(counting.history)
+    turn = TurnEstimator(inner)
+    turn.name_messages(history, hashes)
+    assert turn._unindexed  # a warm turn's naming builds no per-message maps
+    # A few messages counted alone (a shallow copy, the very object, one of equal text that is no copy)
+    assert turn.count_message(dict(history[5])) == known[5] and turn.count_message(history[9]) == known[9]
+    equal = {"role": "user", "content": "entry 8 " * 2}  # equal to history[8]'s text, another string object
+    assert turn.count_message(equal) == ESTIMATOR.count_message(equal) and turn._unindexed
+    assert len(counting.history) == asked  # the copies from the batch, the equal text from the shared cache
+    copies = [dict(m) for m in history]  # a stage's copies, counted message by message: indexed once
+    assert turn.counts(copies) == known and not turn._unindexed
+    assert len(counting.history) == asked
+    assert turn.count_message(dict(history[-1])) == known[-1]  # a copy found by its tool calls
+
+
 def test_a_turn_estimator_scales_its_memo_of_base_counts_and_reads_them_unscaled() -> None:
     inner = CountingEstimator()
     turn = TurnEstimator(inner, 1.3)
