@@ -24,11 +24,12 @@ Decodes run on two worker threads at once, hence the lock.
 
 from __future__ import annotations
 
+import marshal
 import secrets
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 import orjson
 
@@ -45,6 +46,11 @@ _MIN_MESSAGES = 8  # shorter requests decode in microseconds: not worth remember
 ORJSON_TRAILING_CONTENT = "unexpected content after document"
 
 
+# Where a request's messages lie in its body: the body, its prefix's length, where the array starts, a
+# copy of its messages, and which of them nest (``_nests``).
+_Layout: TypeAlias = tuple[bytes, int, int, tuple[Any, ...], tuple[int, ...]]
+
+
 @dataclass(frozen=True, slots=True)
 class _Request:
     raw: bytes  # the body
@@ -52,6 +58,7 @@ class _Request:
     start: int  # where the array's ``[`` is
     messages: tuple[Any, ...]  # as decoded, never handed out
     digests: tuple[bytes, ...]
+    nested: tuple[int, ...]  # the messages holding a dict or a list (``_fresh_messages``)
 
     @property
     def size(self) -> int:
@@ -68,7 +75,7 @@ class ChatBody:
     body: dict[str, Any]
     resent: int = 0
     resent_digests: tuple[bytes, ...] = ()
-    _layout: tuple[bytes, int, int, tuple[Any, ...]] | None = field(default=None, repr=False)  # for ``remember``
+    _layout: _Layout | None = field(default=None, repr=False)  # for ``remember``
     _continues: int | None = field(default=None, repr=False)  # the remembered request it repeats
 
 
@@ -103,8 +110,8 @@ class ResentRequests:
         """Remember a request whose messages all passed validation, with every message's exact digest."""
         if chat._layout is None:
             return
-        raw, length, start, messages = chat._layout
-        known = _Request(raw, length, start, messages, tuple(digests))
+        raw, length, start, messages, nested = chat._layout
+        known = _Request(raw, length, start, messages, tuple(digests), nested)
         if len(messages) != len(digests) or known.size > self.max_bytes:
             return
         with self._lock:
@@ -152,10 +159,11 @@ def _continued(raw: bytes, known: _Request) -> ChatBody | None:
     rest = _rest(raw, known.start, end)
     if rest is None:
         return None
-    mine = [_fresh(message) for message in known.messages]
+    mine = _fresh_messages(known.messages, known.nested)
     rest["messages"] = [*mine, *new]
     kept = (*known.messages, *(_fresh(message) for message in new))
-    return ChatBody(rest, len(mine), known.digests, (raw, _prefix_length(raw, end), known.start, kept))
+    nested = (*known.nested, *(len(mine) + k for k, message in enumerate(new) if _nests(message)))
+    return ChatBody(rest, len(mine), known.digests, (raw, _prefix_length(raw, end), known.start, kept, nested))
 
 
 def _new_messages(tail: bytes) -> tuple[list[Any], int] | None:
@@ -187,9 +195,10 @@ def _rest(raw: bytes, start: int, end: int) -> dict[str, Any] | None:
     return rest if rest.get("messages") == _MARKER else None
 
 
-def _layout(raw: bytes, body: dict[str, Any]) -> tuple[bytes, int, int, tuple[Any, ...]] | None:
+def _layout(raw: bytes, body: dict[str, Any]) -> _Layout | None:
     """Where ``body``'s messages array lies in ``raw`` (the length of its prefix, where its ``[`` is),
-    with a copy of its messages to keep; ``None`` when it is short or cannot be found for certain."""
+    with a copy of its messages to keep and which of them nest; ``None`` when it is short or cannot be
+    found for certain."""
     messages = body.get("messages")
     if not isinstance(messages, list) or len(messages) < _MIN_MESSAGES:
         return None
@@ -202,7 +211,8 @@ def _layout(raw: bytes, body: dict[str, Any]) -> tuple[bytes, int, int, tuple[An
     end = raw.rfind(b"]", start, start + after)
     if end < 0 or _rest(raw, start, end) is None:
         return None
-    return raw, _prefix_length(raw, end), start, tuple(_fresh(message) for message in messages)
+    nested = tuple(k for k, message in enumerate(messages) if _nests(message))
+    return raw, _prefix_length(raw, end), start, tuple(_fresh(message) for message in messages), nested
 
 
 def _array_start(raw: bytes) -> int | None:
@@ -251,6 +261,31 @@ def _prefix_length(raw: bytes, end: int) -> int:
     while end > 0 and raw[end - 1] in _WHITESPACE:
         end -= 1
     return end
+
+
+def _fresh_messages(messages: tuple[Any, ...], nested: tuple[int, ...]) -> list[Any]:
+    """``_fresh`` of each of a remembered request's ``messages``, at C speed: a dict copy of each (nearly all
+    hold only strings and numbers), then the ``nested`` ones (tool calls, content parts) copied whole
+    through ``marshal``, which copies plain JSON values (their small strings with them) in one pass, and
+    keeps the keys' order. Anything either refuses is copied by ``_fresh``."""
+    try:
+        out = list(map(dict.copy, messages))
+    except TypeError:  # a message that is not a dict (validated requests hold none)
+        return [_fresh(message) for message in messages]
+    if nested:
+        deep = [messages[k] for k in nested]
+        try:
+            copies = marshal.loads(marshal.dumps(deep))
+        except ValueError:  # a value that is not plain JSON
+            copies = [_fresh(message) for message in deep]
+        for k, copy in zip(nested, copies, strict=True):
+            out[k] = copy
+    return out
+
+
+def _nests(message: Any) -> bool:
+    """Whether ``_fresh`` of ``message`` is more than a copy of one dict."""
+    return type(message) is not dict or any(type(v) is dict or type(v) is list for v in message.values())
 
 
 def _fresh(value: Any) -> Any:

@@ -214,6 +214,19 @@ def test_what_a_turn_does_to_its_messages_does_not_reach_the_next_turn() -> None
             call["function"]["arguments"] = "changed"
     again = memo.decode(raw)
     assert again.resent == 12 and again.body == decode_body(raw)  # a retry: all of it resent
+    assert orjson.dumps(again.body) == orjson.dumps(decode_body(raw))  # keys in their order too
+    # A call that came as a new message is copied whole on its next resend too.
+    longer = [
+        *history,
+        {"role": "user", "content": "next"},
+        CALL,
+        {"role": "tool", "tool_call_id": "c1", "content": "r"},
+    ]
+    _turn(memo, known, _raw(longer))
+    resent = memo.decode(_raw(longer, user="u"))
+    assert resent.resent == 14
+    resent.body["messages"][12]["tool_calls"][0]["function"]["name"] = "changed"
+    assert memo.decode(_raw(longer)).body["messages"][12] == CALL
 
 
 def test_a_refused_request_is_not_remembered() -> None:
