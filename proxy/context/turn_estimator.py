@@ -413,8 +413,7 @@ def count_named(estimator: TokenEstimator, message: Mapping[str, Any], name: str
 def _anchor(message: Mapping[str, Any]) -> Any:
     """The value a shallow copy of ``message`` is found by: its content, else its tool calls (``None``:
     neither, found by object only)."""
-    content = message.get("content")
-    return content if content is not None else message.get("tool_calls")
+    return _anchor_of(message, message.get("content"))
 
 
 def _same_fields(known: Mapping[str, Any], message: Mapping[str, Any]) -> bool:

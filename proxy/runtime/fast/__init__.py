@@ -10,7 +10,7 @@ failures raised as that handler raises them and mapped by litellm's ``exception_
 is named in ``surface.LITELLM_SURFACE`` (a unit test imports each one, so an upgrade that moves one fails
 loudly) and is used only here.
 
-The rule (each route's ``accepts``): a non-streamed call with an ``api_base`` and an ``api_key``, only
+The rule (each route's ``accepted``): a non-streamed call with an ``api_base`` and an ``api_key``, only
 the route's keys and parameters, plain text or tool messages and plain function tools, a model litellm
 does not bridge to the Responses API, no litellm ``proxy_auth``; and per provider:
 

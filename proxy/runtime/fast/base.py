@@ -56,10 +56,6 @@ class Route:
         self._pinned = pinned_translations(parts)
         self._pinned_request = pinned_request_transform(parts)
 
-    def accepts(self, llm_input: dict[str, Any]) -> bool:
-        """Whether this route sends exactly what acompletion would (``accepted``)."""
-        return self.accepted(llm_input) is not None
-
     def accepted(self, llm_input: dict[str, Any]) -> MessageScan | None:
         """The shape every route asks for, with the messages' scan (``scan_messages``: the rule for messages
         and what is sent of them, in one pass) for ``complete``; ``_accepts`` adds the provider's own

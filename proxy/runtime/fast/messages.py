@@ -4,7 +4,7 @@
 (``Route.prepare`` runs them in its order): ``validate_and_fix_openai_messages`` (each message copied
 without its ``None`` fields, its tool calls copied one by one), ``get_completion_messages`` (a copy of
 the list, roles not forced to alternate) and the config's ``translate_developer_role_to_system_role``.
-For the messages ``Route.accepts`` takes (roles system, user, assistant and tool, text content, function
+For the messages ``Route.accepted`` takes (roles system, user, assistant and tool, text content, function
 calls: no developer message) the last one hands the list back unchanged, in the two implementations
 pinned here (the base config's, which maps developer messages only, and OpenAI's, which also folds a run
 of system messages into one for a model that declares it must, so a list with two system messages in a
@@ -20,7 +20,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-# The messages the fast path takes (``Route.accepts``): these roles and keys, text content, function calls.
+# The messages the fast path takes (``Route.accepted``): these roles and keys, text content, function calls.
 _ROLES = frozenset({"system", "user", "assistant", "tool"})
 _MESSAGE_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "refusal"})
 
@@ -54,14 +54,12 @@ def scan_messages(messages: Sequence[Any]) -> MessageScan | None:
         if role not in roles or not message.keys() <= keys:  # keys() <= a set: no set of each message's keys
             return None
         content = message.get("content")
-        if content is not None and type(content) is not str:
+        if content is not None and type(content) is not str and not isinstance(content, str):
             if not isinstance(content, list):
-                if not isinstance(content, str):
+                return None
+            for part in content:
+                if not isinstance(part, dict) or part.get("type") != "text":
                     return None
-            else:
-                for part in content:
-                    if not isinstance(part, dict) or part.get("type") != "text":
-                        return None
         calls = message.get("tool_calls")
         if calls is not None:
             if not isinstance(calls, list):
