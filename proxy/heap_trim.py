@@ -9,10 +9,10 @@ in bench part 5 (3,000 requests of 200 KB tool outputs) RSS rose 85 MiB over the
 MiB traced by tracemalloc, and held level once the free pages were returned. ``malloc_trim(0)`` returns
 the free pages of every arena.
 
-``HeapTrimmer`` calls it on a thread of its own (ctypes releases the GIL for the call, so no request
-waits for it), at most once per ``interval`` seconds and only after a body of at least ``large_bytes``
-was read: small traffic never pays for it. Without glibc (musl, macOS) there is no ``malloc_trim`` and
-the trimmer does nothing.
+``HeapTrimmer`` calls it on a thread of its own at the lowest CPU priority (ctypes releases the GIL for
+the call, and ``idle_priority.py`` keeps it off the cores requests use), at most once per ``interval``
+seconds and only after a body of at least ``large_bytes`` was read: small traffic never pays for it.
+Without glibc (musl, macOS) there is no ``malloc_trim`` and the trimmer does nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import ctypes
 import ctypes.util
 import threading
 from collections.abc import Callable
+
+from proxy.idle_priority import lower_this_thread
 
 LARGE_BODY_BYTES = 1024 * 1024  # a request this large leaves megabytes of freed blocks behind
 TRIM_INTERVAL_SECONDS = 1.0  # at most one trim a second: 0.1 to 4 ms of another thread's time each (measured)
@@ -80,6 +82,7 @@ class HeapTrimmer:
 
     def _run(self) -> None:
         assert self._trim is not None  # started only with one
+        lower_this_thread()  # a trim runs on the CPU requests leave idle (idle_priority.py)
         while True:
             self._due.wait()
             # Wait first: the turn that read the body frees it when it ends; later large bodies within the

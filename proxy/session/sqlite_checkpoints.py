@@ -7,8 +7,9 @@ about 10 ms at the end of whichever turn happens to cross the line, which was on
 off (``wal_autocheckpoint = 0``) and this thread, on a connection of its own, runs a ``PASSIVE``
 checkpoint at most every ``interval`` seconds when the WAL has changed: it copies what no reader still
 needs while the writer goes on appending (SQLite allows both at once), and sqlite3 releases the GIL
-while it works. After a complete checkpoint the writer's next transaction starts the WAL over, and
-``journal_size_limit`` then cuts a file a burst made large back to that size.
+while it works; the thread runs at the lowest CPU priority, so a checkpoint does not slow the turn
+beside it (``proxy/idle_priority.py``). After a complete checkpoint the writer's next transaction
+starts the WAL over, and ``journal_size_limit`` then cuts a file a burst made large back to that size.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import logging
 import sqlite3
 import threading
 from pathlib import Path
+
+from proxy.idle_priority import lower_this_thread
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +60,7 @@ class Checkpointer:
             self._thread = None
 
     def _run(self) -> None:
+        lower_this_thread()  # a checkpoint runs on the CPU turns leave idle (proxy/idle_priority.py)
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=True)
         seen: tuple[int, int] | None = None
         try:
