@@ -5,11 +5,15 @@ past 1,000 pages also copies those pages into the database and syncs it (an auto
 about 10 ms at the end of whichever turn happens to cross the line, which was one warm turn in ten at
 1,000 messages, where a new session's first request writes megabytes. The writer connection turns that
 off (``wal_autocheckpoint = 0``) and this thread, on a connection of its own, runs a ``PASSIVE``
-checkpoint at most every ``interval`` seconds when the WAL has changed: it copies what no reader still
-needs while the writer goes on appending (SQLite allows both at once), and sqlite3 releases the GIL
-while it works; the thread runs at the lowest CPU priority, so a checkpoint does not slow the turn
-beside it (``proxy/idle_priority.py``). After a complete checkpoint the writer's next transaction
-starts the WAL over, and ``journal_size_limit`` then cuts a file a burst made large back to that size.
+checkpoint once the WAL has changed: it copies what no reader still needs while the writer goes on
+appending (SQLite allows both at once), and sqlite3 releases the GIL while it works. The thread runs at
+the lowest CPU priority (``proxy/idle_priority.py``) and waits for a quiet moment, a poll of ``quiet``
+seconds in which nothing was written, before it checkpoints: a checkpoint is 15 to 60 ms of copying and
+syncing, and even at nice 19 the turn it overlapped was slowed by about as much (bench part 2, 1,000
+messages warm: at two checkpoints a second, those turns were the p99). Only writes that never pause for
+that long make it run anyway, ``at_most`` seconds after the first write it has not copied. After a
+complete checkpoint the writer's next transaction starts the WAL over, and ``journal_size_limit`` then
+cuts a file a burst made large back to that size.
 """
 
 from __future__ import annotations
@@ -18,13 +22,15 @@ import contextlib
 import logging
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 from proxy.idle_priority import lower_this_thread
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_INTERVAL_SECONDS = 0.5
+QUIET_SECONDS = 0.25  # a poll this long without a write: the store is between turns
+AT_MOST_SECONDS = 10.0  # writes that never pause are checkpointed this long after the first one not copied
 WAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024  # what a started-over WAL is cut back to (``journal_size_limit``)
 
 
@@ -37,9 +43,10 @@ def writer_pragmas(conn: sqlite3.Connection) -> None:
 class Checkpointer:
     """Checkpoints one database's WAL on a thread of its own; ``start`` after the file is in WAL mode."""
 
-    def __init__(self, path: Path, interval: float = CHECKPOINT_INTERVAL_SECONDS) -> None:
+    def __init__(self, path: Path, quiet: float = QUIET_SECONDS, at_most: float = AT_MOST_SECONDS) -> None:
         self.path = path
-        self.interval = interval
+        self.quiet = quiet
+        self.at_most = at_most
         self.checkpoints = 0  # run so far (tests and diagnostics)
         self._wal = path.with_name(path.name + "-wal")
         self._stopping = threading.Event()
@@ -62,18 +69,25 @@ class Checkpointer:
     def _run(self) -> None:
         lower_this_thread()  # a checkpoint runs on the CPU turns leave idle (proxy/idle_priority.py)
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=True)
-        seen: tuple[int, int] | None = None
+        copied = polled = self._wal_state()  # the WAL as the last checkpoint left it, and at the last poll
+        waiting_since: float | None = None  # when a write not yet copied was first seen
         try:
-            while not self._stopping.wait(self.interval):
+            while not self._stopping.wait(self.quiet):
                 state = self._wal_state()
-                if state is None or state == seen:
+                quiet, polled = state == polled, state
+                if state is None or state == copied:
                     continue  # no WAL, or nothing written since the last checkpoint
+                now = time.monotonic()
+                waiting_since = now if waiting_since is None else waiting_since
+                if not quiet and now - waiting_since < self.at_most:
+                    continue  # turns are writing: wait for a pause
                 try:
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                     self.checkpoints += 1
                 except sqlite3.Error as exc:  # the next round tries again; the writer is not held up
                     logger.warning("session store checkpoint of %s failed: %s", self.path, exc)
-                seen = self._wal_state()
+                copied = polled = self._wal_state()
+                waiting_since = None
         finally:
             conn.close()
 

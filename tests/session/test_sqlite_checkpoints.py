@@ -51,7 +51,7 @@ def test_the_writer_commits_past_a_thousand_pages_without_checkpointing(tmp_path
 def test_the_checkpointer_copies_the_wal_while_the_writer_goes_on(tmp_path: Path) -> None:
     path = tmp_path / "store.db"
     conn = _writer(path)
-    checkpointer = Checkpointer(path, interval=0.05)
+    checkpointer = Checkpointer(path, quiet=0.05)
     checkpointer.start()
     try:
         _write(conn)
@@ -65,6 +65,40 @@ def test_the_checkpointer_copies_the_wal_while_the_writer_goes_on(tmp_path: Path
         checkpointer.stop()
         conn.close()
     assert sqlite3.connect(path).execute("SELECT count(*) FROM blobs").fetchone() == (2 * ROWS,)
+
+
+def test_the_checkpointer_waits_while_turns_write_and_copies_in_the_pause(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    conn = _writer(path)
+    checkpointer = Checkpointer(path, quiet=0.15, at_most=30.0)
+    checkpointer.start()
+    try:
+        busy_until = time.monotonic() + 0.8
+        while time.monotonic() < busy_until:  # a commit every 20 ms: never a quiet poll
+            _write(conn, rows=2)
+            time.sleep(0.02)
+        assert checkpointer.checkpoints == 0, "a checkpoint ran while the writer was busy"
+        assert _until(lambda: checkpointer.checkpoints == 1), "no checkpoint once the writes paused"
+    finally:
+        checkpointer.stop()
+        conn.close()
+
+
+def test_writes_that_never_pause_are_checkpointed_after_the_longest_wait(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    conn = _writer(path)
+    checkpointer = Checkpointer(path, quiet=0.1, at_most=0.4)
+    checkpointer.start()
+    try:
+        started = time.monotonic()
+        while checkpointer.checkpoints == 0 and time.monotonic() - started < 5:
+            _write(conn, rows=2)
+            time.sleep(0.02)
+        assert checkpointer.checkpoints >= 1
+        assert time.monotonic() - started >= 0.4, "the checkpoint did not wait for the longest wait"
+    finally:
+        checkpointer.stop()
+        conn.close()
 
 
 async def test_the_store_checkpoints_on_its_own_thread_and_reopens_whole(tmp_path: Path) -> None:
