@@ -16,7 +16,7 @@ from proxy.heap_trim import LARGE_BODY_BYTES, HeapTrimmer
 def test_a_large_request_body_is_followed_by_a_trim_and_small_ones_are_not(tmp_path: Path) -> None:
     app = create_app(Settings(data_dir=tmp_path / "data"))
     trimmer: HeapTrimmer = app.state.heap_trimmer
-    trimmer.quiet = 0.05
+    trimmer.interval = 0.05
 
     def refused(client: httpx.Client, text_bytes: int) -> None:
         # A message of an unknown role: refused with a 400 after the body was read and decoded.

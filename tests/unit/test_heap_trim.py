@@ -1,5 +1,4 @@
-"""The heap trimmer: a trim in a quiet moment after large bodies, none for small traffic, and under traffic
-that never pauses, one once the longest wait is over."""
+"""The heap trimmer: a trim after large bodies, at most one per interval, none for small traffic."""
 
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ class _Trims:
 
 def test_a_large_body_is_followed_by_one_trim() -> None:
     trims = _Trims()
-    trimmer = HeapTrimmer(trims, quiet=0.05, large_bytes=1000)
+    trimmer = HeapTrimmer(trims, interval=0.05, large_bytes=1000)
     trimmer.start()
     try:
         trimmer.note_body(1000)
@@ -41,7 +40,7 @@ def test_a_large_body_is_followed_by_one_trim() -> None:
 
 def test_small_bodies_never_trim() -> None:
     trims = _Trims()
-    trimmer = HeapTrimmer(trims, quiet=0.02, large_bytes=1000)
+    trimmer = HeapTrimmer(trims, interval=0.02, large_bytes=1000)
     trimmer.start()
     try:
         for _ in range(50):
@@ -52,15 +51,15 @@ def test_small_bodies_never_trim() -> None:
         trimmer.stop()
 
 
-def test_large_bodies_before_the_quiet_moment_share_one_trim() -> None:
+def test_large_bodies_within_an_interval_share_one_trim() -> None:
     trims = _Trims()
-    trimmer = HeapTrimmer(trims, quiet=0.3, large_bytes=1)
+    trimmer = HeapTrimmer(trims, interval=0.3, large_bytes=1)
     trimmer.start()
     try:
         for _ in range(20):
             trimmer.note_body(10)
         assert trims.wait()
-        time.sleep(0.5)  # quiet again: nothing was read since, so nothing is due
+        time.sleep(0.5)  # longer than the interval: nothing was read since, so nothing is due
         assert trims.calls == 1
         trimmer.note_body(10)  # a later large body is trimmed after again
         assert trims.wait()
@@ -69,50 +68,17 @@ def test_large_bodies_before_the_quiet_moment_share_one_trim() -> None:
         trimmer.stop()
 
 
-def test_a_due_trim_waits_while_requests_keep_coming() -> None:
-    trims = _Trims()
-    trimmer = HeapTrimmer(trims, quiet=0.1, at_most=30.0, large_bytes=1000)
-    trimmer.start()
-    try:
-        trimmer.note_body(1000)
-        busy_until = time.monotonic() + 0.6
-        while time.monotonic() < busy_until:  # a body every 20 ms: never 100 ms quiet
-            trimmer.note_body(10)
-            time.sleep(0.02)
-        assert trims.calls == 0, "a trim ran while requests were being served"
-        assert trims.wait(), "no trim once the requests stopped"
-        assert trims.calls == 1
-    finally:
-        trimmer.stop()
-
-
-def test_traffic_that_never_pauses_still_gets_a_trim_after_the_longest_wait() -> None:
-    trims = _Trims()
-    trimmer = HeapTrimmer(trims, quiet=0.1, at_most=0.3, large_bytes=1000)
-    trimmer.start()
-    try:
-        trimmer.note_body(1000)
-        started = time.monotonic()
-        while trims.calls == 0 and time.monotonic() - started < 5:
-            trimmer.note_body(10)
-            time.sleep(0.02)
-        assert trims.calls == 1
-        assert time.monotonic() - started >= 0.3, "the trim did not wait for the longest wait"
-    finally:
-        trimmer.stop()
-
-
 def test_stop_ends_the_thread_and_a_trimmer_without_malloc_trim_does_nothing() -> None:
     trims = _Trims()
-    trimmer = HeapTrimmer(trims, quiet=10.0, large_bytes=1)
+    trimmer = HeapTrimmer(trims, interval=10.0, large_bytes=1)
     trimmer.start()
-    trimmer.note_body(5)  # due, but stopping wins over the wait for quiet
+    trimmer.note_body(5)  # due, but stopping wins over the interval's wait
     started = time.monotonic()
     trimmer.stop()
     assert time.monotonic() - started < 2 and trims.calls == 0
     assert not any(thread.name == "heap-trim" for thread in threading.enumerate())
 
-    idle = HeapTrimmer(None, quiet=0.01, large_bytes=1)
+    idle = HeapTrimmer(None, interval=0.01, large_bytes=1)
     idle.start()
     idle.note_body(5)
     idle.stop()

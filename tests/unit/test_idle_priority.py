@@ -64,7 +64,7 @@ def test_the_wal_checkpointer_thread_runs_at_idle_priority(tmp_path: Path) -> No
 
 
 def test_the_heap_trimmer_thread_runs_at_idle_priority() -> None:
-    trimmer = HeapTrimmer(lambda: 1, quiet=0.01)
+    trimmer = HeapTrimmer(lambda: 1, interval=0.01)
     trimmer.start()
     try:
         assert _nice_of_thread("heap-trim") == IDLE_NICE
