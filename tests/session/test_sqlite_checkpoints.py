@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from proxy.session.sqlite import SqliteSessionStore
@@ -37,6 +39,19 @@ def _until(condition, seconds: float = 5.0) -> bool:  # type: ignore[no-untyped-
     return True
 
 
+@contextmanager
+def _checkpointing(path: Path, **timing: float) -> Iterator[tuple[sqlite3.Connection, Checkpointer]]:
+    """A writer and a running checkpointer of one database, both stopped on the way out."""
+    conn = _writer(path)
+    checkpointer = Checkpointer(path, **timing)
+    checkpointer.start()
+    try:
+        yield conn, checkpointer
+    finally:
+        checkpointer.stop()
+        conn.close()
+
+
 def test_the_writer_commits_past_a_thousand_pages_without_checkpointing(tmp_path: Path) -> None:
     path = tmp_path / "store.db"
     conn = _writer(path)
@@ -50,10 +65,7 @@ def test_the_writer_commits_past_a_thousand_pages_without_checkpointing(tmp_path
 
 def test_the_checkpointer_copies_the_wal_while_the_writer_goes_on(tmp_path: Path) -> None:
     path = tmp_path / "store.db"
-    conn = _writer(path)
-    checkpointer = Checkpointer(path, quiet=0.05)
-    checkpointer.start()
-    try:
+    with _checkpointing(path, quiet=0.05) as (conn, checkpointer):
         _write(conn)
         assert _until(lambda: checkpointer.checkpoints >= 1 and path.stat().st_size > ROWS * PAGE)  # copied
         runs = checkpointer.checkpoints
@@ -61,44 +73,27 @@ def test_the_checkpointer_copies_the_wal_while_the_writer_goes_on(tmp_path: Path
         assert checkpointer.checkpoints == runs  # nothing written since: no checkpoint
         _write(conn)  # the writer is not held up, and the next write is copied too
         assert _until(lambda: path.stat().st_size > 2 * ROWS * PAGE)
-    finally:
-        checkpointer.stop()
-        conn.close()
     assert sqlite3.connect(path).execute("SELECT count(*) FROM blobs").fetchone() == (2 * ROWS,)
 
 
 def test_the_checkpointer_waits_while_turns_write_and_copies_in_the_pause(tmp_path: Path) -> None:
-    path = tmp_path / "store.db"
-    conn = _writer(path)
-    checkpointer = Checkpointer(path, quiet=0.15, at_most=30.0)
-    checkpointer.start()
-    try:
-        busy_until = time.monotonic() + 0.8
+    with _checkpointing(tmp_path / "store.db", quiet=0.3, at_most=30.0) as (conn, checkpointer):
+        busy_until = time.monotonic() + 1.2
         while time.monotonic() < busy_until:  # a commit every 20 ms: never a quiet poll
             _write(conn, rows=2)
             time.sleep(0.02)
         assert checkpointer.checkpoints == 0, "a checkpoint ran while the writer was busy"
         assert _until(lambda: checkpointer.checkpoints == 1), "no checkpoint once the writes paused"
-    finally:
-        checkpointer.stop()
-        conn.close()
 
 
 def test_writes_that_never_pause_are_checkpointed_after_the_longest_wait(tmp_path: Path) -> None:
-    path = tmp_path / "store.db"
-    conn = _writer(path)
-    checkpointer = Checkpointer(path, quiet=0.1, at_most=0.4)
-    checkpointer.start()
-    try:
+    with _checkpointing(tmp_path / "store.db", quiet=0.1, at_most=0.4) as (conn, checkpointer):
         started = time.monotonic()
         while checkpointer.checkpoints == 0 and time.monotonic() - started < 5:
             _write(conn, rows=2)
             time.sleep(0.02)
         assert checkpointer.checkpoints >= 1
         assert time.monotonic() - started >= 0.4, "the checkpoint did not wait for the longest wait"
-    finally:
-        checkpointer.stop()
-        conn.close()
 
 
 async def test_the_store_checkpoints_on_its_own_thread_and_reopens_whole(tmp_path: Path) -> None:
