@@ -69,7 +69,10 @@ class Checkpointer:
     def _run(self) -> None:
         lower_this_thread()  # a checkpoint runs on the CPU turns leave idle (proxy/idle_priority.py)
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=True)
-        copied = polled = self._wal_state()  # the WAL as the last checkpoint left it, and at the last poll
+        # The WAL as the last checkpoint left it (none yet: what the store left last time is copied too), and
+        # as the last poll saw it.
+        copied: tuple[int, int] | None = None
+        polled = self._wal_state()
         waiting_since: float | None = None  # when a write not yet copied was first seen
         try:
             while not self._stopping.wait(self.quiet):

@@ -111,3 +111,17 @@ async def test_the_store_checkpoints_on_its_own_thread_and_reopens_whole(tmp_pat
         assert len(await again.transcript("ctx", head)) == 30
     finally:
         await again.close()
+
+
+def test_what_the_last_run_left_in_the_wal_is_copied_once_the_checkpointer_starts(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    conn = _writer(path)
+    _write(conn)  # left in the WAL, as by a store that stopped before its checkpointer copied it
+    assert path.stat().st_size < 100 * PAGE
+    checkpointer = Checkpointer(path, quiet=0.05)
+    checkpointer.start()
+    try:
+        assert _until(lambda: path.stat().st_size > ROWS * PAGE), "the WAL found at start was not copied"
+    finally:
+        checkpointer.stop()
+        conn.close()
