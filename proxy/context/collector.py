@@ -97,7 +97,16 @@ async def collect_detailed(
     # ``contribute`` never awaits) runs in this task, after the others were started: a task and a timer of
     # its own cost more than its work, and a timeout could not interrupt code that never awaits anyway.
     contributors = list(registry)
-    requests = [dataclasses.replace(request, options=registry.options_of(c.id)) for c in contributors]
+    # One request per distinct options object: the contributors without options of their own share one
+    # (``dataclasses.replace`` is most of what starting a run costs, and the request is read-only).
+    by_options: dict[int, ContributionRequest] = {}
+    requests = []
+    for contributor in contributors:
+        options = registry.options_of(contributor.id)
+        shared = by_options.get(id(options))
+        if shared is None:
+            shared = by_options[id(options)] = dataclasses.replace(request, options=options)
+        requests.append(shared)
     inline = [bool(getattr(c, "runs_inline", False)) for c in contributors]
     concurrent = asyncio.gather(
         *(

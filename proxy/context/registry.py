@@ -38,6 +38,7 @@ from proxy.errors import ProxyError
 ENTRY_POINT_GROUP = "science_context.contributors"
 OWN_DISTRIBUTION = "science-context-proxy"
 _ID = re.compile(ID_PATTERN)
+_NO_OPTIONS: Mapping[str, Any] = MappingProxyType({})  # the options of a contributor given none: one read-only view
 
 
 class RegistryError(ProxyError):
@@ -212,7 +213,9 @@ class ContextContributorRegistry:
             if is_protected:
                 protected.add(cid)
                 owns_instructions |= getattr(contributor, "owns_client_instructions", False) is True
-            options[cid] = entry.options
+            # No options: one shared empty view, so the collector makes one request for all such contributors.
+            empty = isinstance(entry.options, Mapping) and not entry.options
+            options[cid] = _NO_OPTIONS if empty else entry.options
             priorities[cid] = _priority(contributor, entry)
         self._contributors = tuple(contributors)
         self._sources = dict(contributor_sources)
@@ -238,7 +241,7 @@ class ContextContributorRegistry:
 
     def options_of(self, contributor_id: str) -> Any:
         """The contributor's own validated options (what its requests carry as ``options``)."""
-        return self._options.get(contributor_id, MappingProxyType({}))
+        return self._options.get(contributor_id, _NO_OPTIONS)
 
     def priority_of(self, contributor_id: str) -> int:
         """The contributor's message-budget priority (lower is admitted first)."""

@@ -3,6 +3,7 @@
 import asyncio
 import time
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -208,3 +209,16 @@ def test_request_is_read_only() -> None:
     with pytest.raises(TypeError):
         request.state["plan"] = None  # type: ignore[index]
     assert isinstance(request.history, tuple)
+
+
+async def test_contributors_without_options_share_one_request_and_one_with_options_gets_its_own() -> None:
+    from proxy.context.registry import FactorySource
+
+    plain_a, plain_b, tuned = Fake("plain-a"), Fake("plain-b"), Fake("tuned")
+    sources = [FactorySource(Factory(plain_a), "builtin"), FactorySource(Factory(plain_b), "builtin")]
+    sources.append(FactorySource(Factory(tuned), "builtin", options=MappingProxyType({"depth": 2})))
+    await collect_detailed(ContextContributorRegistry("main", sources), REQUEST, timeout=1.0)
+    (a,), (b,), (t,) = plain_a.history, plain_b.history, tuned.history
+    assert a is b and dict(a.options) == {}
+    assert t is not a and dict(t.options) == {"depth": 2}
+    assert a.history == t.history == REQUEST.history

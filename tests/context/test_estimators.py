@@ -588,3 +588,18 @@ def test_a_turn_counts_its_tools_once_for_the_list_and_its_shallow_copies() -> N
     renamed = [*tools[:2], {**tools[2], "type": "custom"}]  # the same function object, another field
     turn.count_tools(renamed)
     assert ToolCounting.calls == 4
+
+
+def test_the_cache_knows_tools_by_their_content_whatever_their_key_order_or_odd_text() -> None:
+    cache = CachingEstimator(FixedEstimator())  # type: ignore[arg-type]
+    tools = [{"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}]
+    reordered = [{"function": {"parameters": {"type": "object"}, "name": "search"}, "type": "function"}]
+    assert cache.count_tools(tools) == cache.count_tools(reordered) == 3_001
+    assert cache.hits == 1 and cache.misses == 1
+    other = [{"type": "function", "function": {"name": "fetch", "parameters": {"type": "object"}}}]
+    cache.count_tools(other)
+    assert cache.misses == 2, "different tools shared a cache entry"
+    # orjson refuses a lone surrogate: such tools are still counted, and cached, by their stable JSON.
+    odd = [{"type": "function", "function": {"name": "bad\ud800"}}]
+    assert cache.count_tools(odd) == cache.count_tools([{"function": {"name": "bad\ud800"}, "type": "function"}])
+    assert cache.misses == 3 and cache.hits == 2
