@@ -319,7 +319,9 @@ def _tools_digest(tools: Sequence[Mapping[str, Any]]) -> bytes:
     """A digest of ``tools`` as JSON with sorted keys: orjson's, a tenth of the standard library's time (a
     turn's first count of its tools, which are decoded anew each turn, hashed their schemas with it),
     or, for what orjson refuses (a lone surrogate, a key that is not a string), ``stable_json``'s. The
-    digest only keys this process's cache, so the two need not agree."""
+    digest only keys this process's cache, so the two need not agree. orjson writes NaN as null, so a
+    schema holding NaN shares its key with one holding null: the edge refuses non-finite numbers, so a
+    request's tools hold none, and the proxy's own schemas hold none either."""
     try:
         text = orjson.dumps(list(tools), option=orjson.OPT_SORT_KEYS)
     except TypeError:  # orjson.JSONEncodeError is a TypeError
