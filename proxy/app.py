@@ -170,7 +170,8 @@ def create_app(
             raise
         if isinstance(result.answer, Completion):
             # The decoded history and the turn's memos are freed after the answer is sent, not before.
-            return JSONAnswer(result.answer.response, headers=result.headers, background=_freed_after(body, result))
+            after = _freed_after(body, result, then=resent_requests)
+            return JSONAnswer(result.answer.response, headers=result.headers, background=after)
         return _EventStream(result.answer, drain, result.headers)
 
     responses_api = ResponsesIngress(settings, services.ready_runner)
@@ -311,21 +312,25 @@ def _authorize(request: Request, settings: Settings) -> None:
     raise AuthenticationFailed("Missing or invalid API key: send Authorization: Bearer <key> or x-api-key: <key>.")
 
 
-def _freed_after(*held: object) -> BackgroundTask:
+def _freed_after(*held: object, then: ResentRequests) -> BackgroundTask:
     """A task that runs once the response is sent, holding ``held`` until then: a 1,000-message turn's
     objects (the decoded body, the turn's memos) take a millisecond or two to free, after the client has
-    its answer rather than before; then what outlived the turn may be collected (``startup_gc``)."""
-    return _FreedAfter(held)
+    its answer rather than before; then what outlived the turn may be collected (``startup_gc``), and
+    the copies of its messages that the session's next turn will take are made (``make_spares``)."""
+    return _FreedAfter(held, then)
 
 
 class _FreedAfter(BackgroundTask):
-    def __init__(self, held: tuple[object, ...]) -> None:
+    def __init__(self, held: tuple[object, ...], resent: ResentRequests) -> None:
         super().__init__(collect_after_turn)
         self._held: tuple[object, ...] = held
+        self._resent = resent
 
     async def __call__(self) -> None:
         self._held = ()  # the turn's objects go now, before the collection walks what is left
         collect_after_turn()
+        if self._resent.wants_spares:  # a worker thread: other requests' turns go on meanwhile
+            await anyio.to_thread.run_sync(self._resent.make_spares)
 
 
 def _parse(

@@ -20,6 +20,13 @@ to its messages cannot change what the next turn decodes), their exact digests, 
 the end of the last message. At most ``max_bytes`` in all, a request's body bytes counted three times
 (its decoded messages hold its text again, with the dicts around it); least recently used first out.
 Decodes run on two worker threads at once, hence the lock.
+
+Copying a 1,000-message history's containers takes a millisecond or more; a turn should not wait for
+it. ``make_spares``, called once a turn's answer is sent (while the agent runs its tools), copies the
+messages of the requests remembered since, and the next turn that resends one takes its copy instead of
+making one; a turn that comes before its spare is ready copies as before. A spare is counted in the
+byte bound too (``_SPARE_SHARE`` of the request's prefix: the containers, their strings shared), and is
+only made while it fits.
 """
 
 from __future__ import annotations
@@ -28,7 +35,9 @@ import marshal
 import secrets
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeAlias
 
 import orjson
@@ -42,6 +51,7 @@ _MARKER = secrets.token_hex(16)  # stands in for the messages array; no client c
 _MARKER_JSON = orjson.dumps(_MARKER)
 _CHECK_BYTES = 64  # compared first: different sessions differ just before their prefix ends
 _MIN_MESSAGES = 8  # shorter requests decode in microseconds: not worth remembering
+_SPARE_SHARE = 4  # a spare's containers, as a share of its request's prefix bytes (measured: about a fifth)
 # How orjson says it decoded a whole value and found more after it (pinned by the tests: the memo relies on it)
 ORJSON_TRAILING_CONTENT = "unexpected content after document"
 
@@ -90,16 +100,28 @@ class ResentRequests:
         self._requests: OrderedDict[int, _Request] = OrderedDict()  # oldest first
         self._bytes = 0
         self._next_key = 0
+        self._spares: dict[int, list[Any]] = {}  # a ready copy of a request's messages, for its next turn
+        self._wanted: list[int] = []  # the requests remembered since ``make_spares`` last ran
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._requests)
 
+    @property
+    def ready_spares(self) -> int:
+        """How many remembered requests have a copy of their messages ready for their next turn."""
+        return len(self._spares)
+
+    @property
+    def wants_spares(self) -> bool:
+        """Whether ``make_spares`` has anything to do."""
+        return bool(self._wanted)
+
     def decode(self, raw: bytes) -> ChatBody:
         """``raw`` decoded as :func:`~proxy.request_body.decode_body` decodes it (``InvalidRequest`` for a
         bad body), its resent messages taken from the request they repeat."""
         for key, known in self._candidates(raw):
-            resent = _continued(raw, known)
+            resent = _continued(raw, known, partial(self._copies, key, known))
             if resent is not None:
                 resent._continues = key
                 return resent
@@ -118,10 +140,35 @@ class ResentRequests:
             if chat._continues is not None:
                 self._forget(chat._continues)  # the session's next turn repeats this one, not that one
             self._requests[self._next_key] = known
+            self._wanted = [*self._wanted[-self.max_requests :], self._next_key]
             self._next_key += 1
             self._bytes += known.size
             while self._bytes > self.max_bytes or len(self._requests) > self.max_requests:
                 self._forget(next(iter(self._requests)))
+
+    def make_spares(self) -> None:
+        """Copy the messages of each request remembered since the last call, for its next turn to take
+        (call it between turns: off the clock of any request). The remembered messages are never handed
+        out, so they are copied outside the lock."""
+        with self._lock:
+            wanted = [(key, self._requests[key]) for key in self._wanted if key in self._requests]
+            self._wanted = []
+        for key, known in wanted:
+            copies = _fresh_messages(known.messages, known.nested)
+            with self._lock:
+                fits = self._bytes + _spare_size(known) <= self.max_bytes
+                if fits and key in self._requests and key not in self._spares:
+                    self._spares[key] = copies
+                    self._bytes += _spare_size(known)
+
+    def _copies(self, key: int, known: _Request) -> list[Any]:
+        """Copies of ``known``'s messages for the turn that resends them: its spare, taken once, or new."""
+        with self._lock:
+            spare = self._spares.pop(key, None)
+            if spare is not None:
+                self._bytes -= _spare_size(known)
+                return spare
+        return _fresh_messages(known.messages, known.nested)
 
     def _candidates(self, raw: bytes) -> list[tuple[int, _Request]]:
         with self._lock:
@@ -137,10 +184,17 @@ class ResentRequests:
         known = self._requests.pop(key, None)
         if known is not None:
             self._bytes -= known.size
+            if self._spares.pop(key, None) is not None:
+                self._bytes -= _spare_size(known)
 
 
-def _continued(raw: bytes, known: _Request) -> ChatBody | None:
-    """``raw`` decoded as ``known``'s messages and some more, or ``None`` when it does not continue it."""
+def _spare_size(known: _Request) -> int:
+    return known.length // _SPARE_SHARE
+
+
+def _continued(raw: bytes, known: _Request, copies: Callable[[], list[Any]]) -> ChatBody | None:
+    """``raw`` decoded as ``known``'s messages (``copies`` of them: the turn's own) and some more, or
+    ``None`` when it does not continue it."""
     if not raw.startswith(memoryview(known.raw)[: known.length]):  # compared in place: no copy of megabytes
         return None
     after = _skip_whitespace(raw, known.length)
@@ -159,7 +213,7 @@ def _continued(raw: bytes, known: _Request) -> ChatBody | None:
     rest = _rest(raw, known.start, end)
     if rest is None:
         return None
-    mine = _fresh_messages(known.messages, known.nested)
+    mine = copies()
     rest["messages"] = [*mine, *new]
     kept = (*known.messages, *(_fresh(message) for message in new))
     nested = (*known.nested, *(len(mine) + k for k, message in enumerate(new) if _nests(message)))

@@ -229,6 +229,48 @@ def test_what_a_turn_does_to_its_messages_does_not_reach_the_next_turn() -> None
     assert memo.decode(_raw(longer)).body["messages"][12] == CALL
 
 
+def test_a_copy_made_between_turns_is_taken_once_by_the_next_turn_and_never_shared() -> None:
+    memo, known = ResentRequests(), KnownMessages()
+    history = [*_history(9), CALL, {"role": "tool", "tool_call_id": "c1", "content": "result"}]
+    _turn(memo, known, _raw(history))
+    assert memo.wants_spares and memo.ready_spares == 0
+    memo.make_spares()
+    assert not memo.wants_spares and memo.ready_spares == 1
+    raw = _raw([*history, {"role": "user", "content": "next"}])
+    first = memo.decode(raw)
+    assert first.resent == 11 and memo.ready_spares == 0  # taken: the next decode copies again
+    assert orjson.dumps(first.body) == orjson.dumps(decode_body(raw))  # keys in their order too
+    for message in first.body["messages"]:
+        message["content"] = "changed"
+        for call in message.get("tool_calls", []):
+            call["function"]["arguments"] = "changed"
+    again = memo.decode(raw)
+    assert orjson.dumps(again.body) == orjson.dumps(decode_body(raw))
+    assert not any(a is b for a, b in zip(first.body["messages"], again.body["messages"], strict=True))
+    memo.make_spares()  # nothing remembered since: nothing to copy
+    assert memo.ready_spares == 0
+
+
+def test_spares_are_counted_in_the_byte_bound_and_go_with_their_request() -> None:
+    known = KnownMessages()
+    sessions = [[{"role": "user", "content": f"session {s} " + "x" * 600}, *_history(9)] for s in range(3)]
+    size = len(_raw(sessions[0]))
+    tight = ResentRequests(max_bytes=3 * size)  # room for one request, none for its spare
+    _turn(tight, known, _raw(sessions[0]))
+    tight.make_spares()
+    assert len(tight) == 1 and tight.ready_spares == 0
+    memo = ResentRequests(max_bytes=2 * 3 * size + size)  # two requests and their spares
+    for history in sessions[:2]:
+        _turn(memo, known, _raw(history))
+    memo.make_spares()
+    assert memo.ready_spares == 2
+    _turn(memo, known, _raw(sessions[2]))  # the first session's request goes, and its spare with it
+    assert len(memo) == 2 and memo.ready_spares == 1
+    memo.make_spares()
+    assert memo.ready_spares == 2
+    assert memo.decode(_raw([*sessions[0], {"role": "user", "content": "?"}])).resent == 0
+
+
 def test_a_refused_request_is_not_remembered() -> None:
     memo, known = ResentRequests(), KnownMessages()
     bad = [*_history(10), {"role": "wizard", "content": "hi"}]
