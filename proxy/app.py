@@ -172,7 +172,7 @@ def create_app(
             # The decoded history and the turn's memos are freed after the answer is sent, not before.
             after = _freed_after(body, result, then=resent_requests)
             return JSONAnswer(result.answer.response, headers=result.headers, background=after)
-        return _EventStream(result.answer, drain, result.headers)
+        return _EventStream(result.answer, drain, result.headers, resent_requests)
 
     responses_api = ResponsesIngress(settings, services.ready_runner)
 
@@ -329,8 +329,14 @@ class _FreedAfter(BackgroundTask):
     async def __call__(self) -> None:
         self._held = ()  # the turn's objects go now, before the collection walks what is left
         collect_after_turn()
-        if self._resent.wants_spares:  # a worker thread: other requests' turns go on meanwhile
-            await anyio.to_thread.run_sync(self._resent.make_spares)
+        await _make_spares(self._resent)
+
+
+async def _make_spares(resent: ResentRequests) -> None:
+    """The copies of the messages the session's next turn will take (``make_spares``), once an answer is
+    sent: on a worker thread, so other requests' turns go on meanwhile."""
+    if resent.wants_spares:
+        await anyio.to_thread.run_sync(resent.make_spares)
 
 
 def _parse(
@@ -362,8 +368,11 @@ class _EventStream(StreamingResponse):
     started or its task was cancelled (the client went away, the server stopped).
     """
 
-    def __init__(self, chunks: AsyncIterator[dict[str, Any]], drain: Drain, headers: dict[str, str]) -> None:
+    def __init__(
+        self, chunks: AsyncIterator[dict[str, Any]], drain: Drain, headers: dict[str, str], resent: ResentRequests
+    ) -> None:
         self._chunks = chunks
+        self._resent = resent
         super().__init__(_sse(chunks, drain), media_type="text/event-stream", headers=headers)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -373,6 +382,7 @@ class _EventStream(StreamingResponse):
             with anyio.CancelScope(shield=True):  # even inside a cancelled task: the lock must go
                 await _close(self.body_iterator)
                 await _close(self._chunks)
+        await _make_spares(self._resent)  # after the lock is released: the next turn may already wait
 
 
 async def _close(iterator: Any) -> None:

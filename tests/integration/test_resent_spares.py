@@ -8,6 +8,7 @@ import asyncio
 import time
 
 import httpx
+import pytest
 
 from proxy import resent_requests
 from proxy.demo.scripted_provider import Reply
@@ -21,7 +22,8 @@ def _on_event_loop() -> bool:
     return True
 
 
-def test_the_next_turn_takes_a_copy_made_after_the_previous_answer(start_proxy, provider, monkeypatch):
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_next_turn_takes_a_copy_made_after_the_previous_answer(start_proxy, provider, monkeypatch, stream):
     provider.script(lambda body: Reply(content="ok"))
     copies: list[bool] = []  # per copy of a remembered request's messages: made on the event loop?
     real = resent_requests._fresh_messages
@@ -35,7 +37,7 @@ def test_the_next_turn_takes_a_copy_made_after_the_previous_answer(start_proxy, 
     history = [{"role": "user" if n % 2 == 0 else "assistant", "content": f"step {n}"} for n in range(11)]
     with httpx.Client(base_url=proxy.url, timeout=60) as http:
         for turn in range(3):
-            body = {"model": "test-model", "max_tokens": 64, "messages": history}
+            body = {"model": "test-model", "max_tokens": 64, "messages": history, "stream": stream}
             response = http.post("/v1/chat/completions", json=body, headers={"x-session-id": "spares"})
             assert response.status_code == 200, response.text
             deadline = time.monotonic() + 10
