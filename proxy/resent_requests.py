@@ -51,7 +51,7 @@ _MARKER = secrets.token_hex(16)  # stands in for the messages array; no client c
 _MARKER_JSON = orjson.dumps(_MARKER)
 _CHECK_BYTES = 64  # compared first: different sessions differ just before their prefix ends
 _MIN_MESSAGES = 8  # shorter requests decode in microseconds: not worth remembering
-_SPARE_SHARE = 4  # a spare's containers, as a share of its request's prefix bytes (measured: about a fifth)
+_SPARE_SHARE = 4  # a spare counts a quarter of its request's prefix bytes (its containers: about a fifth, measured)
 # How orjson says it decoded a whole value and found more after it (pinned by the tests: the memo relies on it)
 ORJSON_TRAILING_CONTENT = "unexpected content after document"
 
