@@ -15,6 +15,7 @@ from typing import Any
 
 from proxy import jsonio
 from proxy.request_body import _decode_reference, decode_body
+from proxy.resent_requests import ResentRequests
 
 MESSAGES = 1_000
 FILLER = "Step {n}: the readings of instrument ü agree within 0.2 %; the log says {n} rows were kept. "
@@ -111,26 +112,11 @@ def validation_reuse_lever(messages: int = MESSAGES, repeats: int = 15) -> dict[
     (before), against the resent prefix recognized by its bytes, neither decoded, validated nor digested
     again, and only the new messages decoded, validated and digested (after, ``proxy/resent_requests.py``
     and ``proxy/known_messages.py``)."""
-    from bench.assembly import TOOLS, make_history
     from proxy.canonical import exact_digest
-    from proxy.known_messages import KnownMessages
-    from proxy.request_body import decode_body
-    from proxy.resent_requests import ResentRequests
-    from proxy.wire import check_chat_request, parse_chat_request
+    from proxy.wire import parse_chat_request
 
-    previous = make_history(messages)
-    history = [*previous, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "go on"}]
-    body = {"model": "test-model", "messages": history, "tools": TOOLS, "max_tokens": 64}
-    raw = json.dumps(body).encode()
-    known, resent = KnownMessages(), ResentRequests()
-
-    def edge(raw: bytes) -> None:  # what the chat route does with a body (proxy/app._parse)
-        decoded = resent.decode(raw)
-        _, digests = check_chat_request(decoded.body, known, decoded.resent, decoded.resent_digests)
-        assert digests is not None
-        resent.remember(decoded, digests)
-
-    previous_raw = json.dumps({**body, "messages": previous}).encode()
+    previous_raw, raw = _resent_bodies(messages)
+    edge = _chat_edge(ResentRequests())
 
     def full() -> None:
         whole = decode_body(raw)
@@ -165,22 +151,9 @@ def spare_copies_lever(messages: int = MESSAGES, repeats: int = 15) -> dict[str,
     """The chat edge's decode of a resent history (the previous turn's messages plus two new ones) when
     the turn copies the remembered messages itself (before) against the copy made between the turns
     (``ResentRequests.make_spares``, outside the clock) and taken ready (after)."""
-    from bench.assembly import TOOLS, make_history
-    from proxy.known_messages import KnownMessages
-    from proxy.resent_requests import ResentRequests
-    from proxy.wire import check_chat_request
-
-    previous = make_history(messages)
-    history = [*previous, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "go on"}]
-    body = {"model": "test-model", "messages": history, "tools": TOOLS, "max_tokens": 64}
-    raw, previous_raw = json.dumps(body).encode(), json.dumps({**body, "messages": previous}).encode()
-    known, resent = KnownMessages(), ResentRequests()
-
-    def edge(raw: bytes) -> None:  # what the chat route does with a body (proxy/app._parse)
-        decoded = resent.decode(raw)
-        _, digests = check_chat_request(decoded.body, known, decoded.resent, decoded.resent_digests)
-        assert digests is not None
-        resent.remember(decoded, digests)
+    previous_raw, raw = _resent_bodies(messages)
+    resent = ResentRequests()
+    edge = _chat_edge(resent)
 
     def turn(spare: bool) -> float:
         edge(previous_raw)  # the previous turn, outside the clock
@@ -203,6 +176,34 @@ def spare_copies_lever(messages: int = MESSAGES, repeats: int = 15) -> dict[str,
         "made after the previous answer and taken ready (after)",
         "messages": messages,
     }
+
+
+def _resent_bodies(messages: int) -> tuple[bytes, bytes]:
+    """A turn's chat body over a ``messages``-message history, and the next turn's, which resends it with
+    the answer and a new user message."""
+    from bench.assembly import TOOLS, make_history
+
+    previous = make_history(messages)
+    history = [*previous, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "go on"}]
+    body = {"model": "test-model", "messages": history, "tools": TOOLS, "max_tokens": 64}
+    return json.dumps({**body, "messages": previous}).encode(), json.dumps(body).encode()
+
+
+def _chat_edge(resent: ResentRequests) -> Callable[[bytes], None]:
+    """What the chat route does with a body (``proxy/app._parse``): decode it through ``resent``, check it,
+    remember it."""
+    from proxy.known_messages import KnownMessages
+    from proxy.wire import check_chat_request
+
+    known = KnownMessages()
+
+    def edge(raw: bytes) -> None:
+        decoded = resent.decode(raw)
+        _, digests = check_chat_request(decoded.body, known, decoded.resent, decoded.resent_digests)
+        assert digests is not None
+        resent.remember(decoded, digests)
+
+    return edge
 
 
 def _best_ms(work: Callable[[], object], repeats: int) -> float:
