@@ -170,7 +170,7 @@ def create_app(
             raise
         if isinstance(result.answer, Completion):
             # The decoded history and the turn's memos are freed after the answer is sent, not before.
-            after = _freed_after(body, result, then=resent_requests)
+            after = _freed_after(body, result, resent=resent_requests)
             return JSONAnswer(result.answer.response, headers=result.headers, background=after)
         return _EventStream(result.answer, drain, result.headers, resent_requests)
 
@@ -312,12 +312,12 @@ def _authorize(request: Request, settings: Settings) -> None:
     raise AuthenticationFailed("Missing or invalid API key: send Authorization: Bearer <key> or x-api-key: <key>.")
 
 
-def _freed_after(*held: object, then: ResentRequests) -> BackgroundTask:
+def _freed_after(*held: object, resent: ResentRequests) -> BackgroundTask:
     """A task that runs once the response is sent, holding ``held`` until then: a 1,000-message turn's
     objects (the decoded body, the turn's memos) take a millisecond or two to free, after the client has
     its answer rather than before; then what outlived the turn may be collected (``startup_gc``), and
     the copies of its messages that the session's next turn will take are made (``make_spares``)."""
-    return _FreedAfter(held, then)
+    return _FreedAfter(held, resent)
 
 
 class _FreedAfter(BackgroundTask):
