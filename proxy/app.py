@@ -30,7 +30,7 @@ from proxy.config import Mode, Settings
 from proxy.context.nonce import SECRET_NAME
 from proxy.drain import Drain
 from proxy.errors import AuthenticationFailed, InvalidRequest, ModelNotFound, ProxyError
-from proxy.heap_trim import HeapTrimmer, glibc_trim
+from proxy.heap_trim import HeapTrimmer, glibc_keep_freed, glibc_trim
 from proxy.identity import identify
 from proxy.ingress import messages as anthropic
 from proxy.ingress.messages_errors import error_response as anthropic_error
@@ -95,7 +95,7 @@ def create_app(
     services = Services(store=store, backend=backend, assembler=assembler)
     telemetry = Telemetry.build(tracer_provider, os.environ)
     drain = Drain(settings.shutdown_grace_seconds)
-    heap = HeapTrimmer(glibc_trim())  # returns what large requests freed to the OS (proxy/heap_trim.py)
+    heap = HeapTrimmer(glibc_trim(), keep_freed=glibc_keep_freed)  # what large requests free (proxy/heap_trim.py)
     reader = RequestReader(settings.max_request_bytes, on_body=heap.note_body)
     known_messages = KnownMessages()  # the chat edge validates a resent history's messages once
     resent_requests = ResentRequests()  # ... and decodes and digests them once

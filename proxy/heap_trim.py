@@ -12,11 +12,19 @@ the free pages of every arena.
 ``HeapTrimmer`` calls it on a thread of its own at the lowest CPU priority (ctypes releases the GIL for
 the call, and ``idle_priority.py`` keeps it off the cores requests use), at most once per ``interval``
 seconds and only after a body of at least ``large_bytes`` was read: small traffic never pays for it.
-The pages a trim returns are faulted back in by the next large turn (10 to 50 ms at 1,000 to 5,000
-messages), whenever the trim ran. Waiting for a pause in the traffic, as the WAL checkpointer does, was
-tried: it spares no turn that cost, and under steady large traffic it kept more resident (50 MiB of
-growth against 37 in ``test_resident_memory_levels_off_under_many_large_distinct_tool_outputs``), so a
-trim still follows a large body within the second.
+Waiting for a pause in the traffic, as the WAL checkpointer does, was tried: under steady large traffic
+it kept more resident (50 MiB of growth against 37 in
+``test_resident_memory_levels_off_under_many_large_distinct_tool_outputs``).
+
+Returned pages cost the turn that touches them again: a page fault each, about 4.5 microseconds on
+this machine's VMs. A 1,000-message turn that followed a trim took 15 ms longer to read its body (3,300
+faults: the 13 MiB the trim had returned) and a 5,000-message one 30 to 50 ms; glibc's own trimming
+when ``free`` leaves a large top chunk, and its moving mmap threshold, did the same at 5,000 messages
+with no trim at all. Those turns were bench part 2's p99, at twice its p50 in a fast machine phase. So
+glibc keeps what is freed (``glibc_keep_freed``: no trimming by ``free``, blocks under 32 MiB from the
+arenas) and the trimmer returns it only once the process holds ``allowance`` bytes more than it did
+after its last trim: traffic whose working set fits the allowance faults nothing in after the first
+trim, and memory that creeps (large, distinct bodies) still goes back within a second of passing it.
 Without glibc (musl, macOS) there is no ``malloc_trim`` and the trimmer does nothing.
 """
 
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import threading
 from collections.abc import Callable
 
@@ -31,6 +40,14 @@ from proxy.idle_priority import lower_this_thread
 
 LARGE_BODY_BYTES = 1024 * 1024  # a request this large leaves megabytes of freed blocks behind
 TRIM_INTERVAL_SECONDS = 1.0  # at most one trim a second: 0.1 to 4 ms of another thread's time each (measured)
+# Resident growth since the last trim that makes the next one due: more than a 5,000-message turn's
+# working set (a trim returned 15 to 50 MiB there), less than the headroom of bench part 5's 400 MiB.
+RESIDENT_ALLOWANCE_BYTES = 64 * 1024 * 1024
+
+# mallopt's parameters (malloc.h) and the values ``glibc_keep_freed`` sets.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_NEVER = -1  # a trim threshold of -1 (the largest size) turns trimming by ``free`` off
+_MMAP_THRESHOLD_MAX = 32 * 1024 * 1024  # glibc's largest on 64-bit: a 12 MB body comes from an arena
 
 
 def glibc_trim() -> Callable[[], object] | None:
@@ -46,20 +63,52 @@ def glibc_trim() -> Callable[[], object] | None:
     return lambda: trim(0)
 
 
+def glibc_keep_freed() -> bool:
+    """Make glibc keep freed memory for the process's next allocations, the trimmer being the one that
+    returns it: ``free`` never trims an arena's top, and the mmap threshold stays at 32 MiB instead of
+    following the largest block freed (a block it maps is unmapped when freed, faulted in when made
+    again). Whether the C library took both settings (``False`` without glibc)."""
+    name = ctypes.util.find_library("c")
+    try:
+        mallopt = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError, TypeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(_M_TRIM_THRESHOLD, _NEVER)) and bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX))
+
+
+def resident_bytes() -> int:
+    """This process's resident memory (Linux's ``/proc/self/statm``; 0 where there is none)."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 class HeapTrimmer:
-    """Trims the heap once a while after large bodies were read; ``note_body`` is called per request."""
+    """Trims the heap once a while after large bodies were read, when resident memory has grown by
+    ``allowance`` since the last trim; ``note_body`` is called per request."""
 
     def __init__(
         self,
         trim: Callable[[], object] | None,
         *,
+        keep_freed: Callable[[], object] | None = None,
+        resident: Callable[[], int] = resident_bytes,
         interval: float = TRIM_INTERVAL_SECONDS,
         large_bytes: int = LARGE_BODY_BYTES,
+        allowance: int = RESIDENT_ALLOWANCE_BYTES,
     ) -> None:
         self._trim = trim
+        self._keep_freed = keep_freed  # applied when the thread starts: only a trimmer returns memory then
+        self._resident = resident
         self.interval = interval
         self.large_bytes = large_bytes
+        self.allowance = allowance
         self.trims = 0
+        self._after_last_trim: int | None = None  # resident bytes right after the last trim
         self._due = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -73,6 +122,8 @@ class HeapTrimmer:
         """Start the trimming thread (nothing to do without ``malloc_trim``)."""
         if self._trim is None or self._thread is not None:
             return
+        if self._keep_freed is not None:
+            self._keep_freed()
         self._stopping.clear()
         self._thread = threading.Thread(target=self._run, name="heap-trim", daemon=True)
         self._thread.start()
@@ -95,5 +146,17 @@ class HeapTrimmer:
             if self._stopping.wait(self.interval):
                 return
             self._due.clear()
-            self._trim()
-            self.trims += 1
+            if self._grown():
+                self._trim()
+                self.trims += 1
+                self._after_last_trim = self._resident()
+
+    def _grown(self) -> bool:
+        """Whether the process holds ``allowance`` bytes more than right after the last trim (the first
+        trim is always due). Memory that fell below that level since lowers it: the allowance counts
+        from the least the process has held."""
+        resident = self._resident()
+        if self._after_last_trim is None or resident > self._after_last_trim + self.allowance:
+            return True
+        self._after_last_trim = min(self._after_last_trim, resident)
+        return False

@@ -1,11 +1,17 @@
-"""The heap trimmer: a trim after large bodies, at most one per interval, none for small traffic."""
+"""The heap trimmer: a trim after large bodies, at most one per interval, none for small traffic, and
+after the first only once resident memory has grown by the allowance; glibc keeps what is freed until
+a trim returns it."""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import threading
 import time
 
-from proxy.heap_trim import HeapTrimmer, glibc_trim
+from proxy.heap_trim import HeapTrimmer, glibc_keep_freed, glibc_trim, resident_bytes
+
+MIB = 1024 * 1024
 
 
 class _Trims:
@@ -24,6 +30,16 @@ class _Trims:
         called = self._called.wait(seconds)
         self._called.clear()
         return called
+
+
+class _Resident:
+    """A resident-memory reading a test sets (``level``), in bytes."""
+
+    def __init__(self, level: int = 300 * MIB) -> None:
+        self.level = level
+
+    def __call__(self) -> int:
+        return self.level
 
 
 def test_a_large_body_is_followed_by_one_trim() -> None:
@@ -52,8 +68,8 @@ def test_small_bodies_never_trim() -> None:
 
 
 def test_large_bodies_within_an_interval_share_one_trim() -> None:
-    trims = _Trims()
-    trimmer = HeapTrimmer(trims, interval=0.3, large_bytes=1)
+    trims, resident = _Trims(), _Resident()
+    trimmer = HeapTrimmer(trims, resident=resident, interval=0.3, large_bytes=1, allowance=10 * MIB)
     trimmer.start()
     try:
         for _ in range(20):
@@ -61,7 +77,46 @@ def test_large_bodies_within_an_interval_share_one_trim() -> None:
         assert trims.wait()
         time.sleep(0.5)  # longer than the interval: nothing was read since, so nothing is due
         assert trims.calls == 1
-        trimmer.note_body(10)  # a later large body is trimmed after again
+        resident.level += 11 * MIB  # grown past the allowance: a later large body is trimmed after again
+        trimmer.note_body(10)
+        assert trims.wait()
+        assert trims.calls == 2
+    finally:
+        trimmer.stop()
+
+
+def test_after_the_first_trim_another_waits_until_resident_memory_grew_by_the_allowance() -> None:
+    trims, resident = _Trims(), _Resident()
+    trimmer = HeapTrimmer(trims, resident=resident, interval=0.02, large_bytes=1, allowance=64 * MIB)
+    trimmer.start()
+    try:
+        trimmer.note_body(10)
+        assert trims.wait(), "the first large body is always followed by a trim"
+        resident.level += 60 * MIB  # a working set that fits the allowance: its pages stay resident
+        for _ in range(5):
+            trimmer.note_body(10)
+            assert not trims.wait(0.1)
+        assert trims.calls == 1
+        resident.level += 5 * MIB  # 65 MiB over the level right after the trim
+        trimmer.note_body(10)
+        assert trims.wait()
+        assert trims.calls == 2
+    finally:
+        trimmer.stop()
+
+
+def test_the_allowance_counts_from_the_least_resident_level_since_the_last_trim() -> None:
+    trims, resident = _Trims(), _Resident(300 * MIB)
+    trimmer = HeapTrimmer(trims, resident=resident, interval=0.02, large_bytes=1, allowance=64 * MIB)
+    trimmer.start()
+    try:
+        trimmer.note_body(10)
+        assert trims.wait()
+        resident.level = 250 * MIB  # memory went back by itself (the store's cache shrank, say)
+        trimmer.note_body(10)
+        assert not trims.wait(0.1)
+        resident.level = 320 * MIB  # 70 MiB over 250, though only 20 over the level after the trim
+        trimmer.note_body(10)
         assert trims.wait()
         assert trims.calls == 2
     finally:
@@ -91,3 +146,24 @@ def test_this_machines_c_library_trims() -> None:
     trim = glibc_trim()
     assert trim is not None
     assert trim() in (0, 1)
+
+
+def test_glibc_keeps_a_freed_block_resident_until_a_trim_returns_it() -> None:
+    # The real C library: a 16 MiB block (under the 32 MiB mmap threshold ``glibc_keep_freed`` sets)
+    # comes from the arena and stays resident when freed, instead of being unmapped or trimmed by free.
+    assert glibc_keep_freed()
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    libc.malloc.argtypes, libc.malloc.restype = [ctypes.c_size_t], ctypes.c_void_p
+    libc.free.argtypes, libc.free.restype = [ctypes.c_void_p], None
+    size = 16 * MIB
+    block = libc.malloc(size)
+    assert block
+    ctypes.memset(block, 1, size)  # touched: its pages are resident
+    touched = resident_bytes()
+    libc.free(block)
+    kept = resident_bytes()
+    assert kept > touched - size // 2, f"free returned the block: {touched // MIB} -> {kept // MIB} MiB"
+    trim = glibc_trim()
+    assert trim is not None
+    trim()
+    assert resident_bytes() < kept - size // 2, "the trim did not return the freed block"
