@@ -40,9 +40,12 @@ from proxy.idle_priority import lower_this_thread
 
 LARGE_BODY_BYTES = 1024 * 1024  # a request this large leaves megabytes of freed blocks behind
 TRIM_INTERVAL_SECONDS = 1.0  # at most one trim a second: 0.1 to 4 ms of another thread's time each (measured)
-# Resident growth since the last trim that makes the next one due: more than a 5,000-message turn's
-# working set (a trim returned 15 to 50 MiB there), less than the headroom of bench part 5's 400 MiB.
-RESIDENT_ALLOWANCE_BYTES = 64 * 1024 * 1024
+# Resident growth since the last trim that makes the next one due. More than traffic moving up to 5,000-
+# message histories adds to the working set: at 64 MiB, bench part 2 trimmed once in that step (424 ->
+# 374 MiB), the trim held the arena lock for 48 ms beside a turn and the next turn faulted 4,400 pages
+# back in, its two slowest warm requests. Bench part 5 (ending at 368 MiB) and the served memory test
+# (+37 MiB) came out the same at 64 and at 128.
+RESIDENT_ALLOWANCE_BYTES = 128 * 1024 * 1024
 
 # mallopt's parameters (malloc.h) and the values ``glibc_keep_freed`` sets.
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX = -1, -3, -4
