@@ -48,7 +48,8 @@ TRIM_INTERVAL_SECONDS = 1.0  # at most one trim a second: 0.1 to 4 ms of another
 RESIDENT_ALLOWANCE_BYTES = 128 * 1024 * 1024
 
 # mallopt's parameters (malloc.h) and the values ``glibc_keep_freed`` sets.
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX = -1, -3, -4
+_ONE_ARENA = 1
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -3, -4, -8
 _NEVER = -1  # a trim threshold of -1 (the largest size) turns trimming by ``free`` off
 _MMAP_THRESHOLD_MAX = 32 * 1024 * 1024  # glibc's largest on 64-bit: a 12 MB body comes from an arena
 
@@ -70,9 +71,13 @@ def glibc_keep_freed(*, map_none: bool = False) -> bool:
     """Make glibc keep freed memory for the process's next allocations, the trimmer being the one that
     returns it: ``free`` never trims an arena's top, and the mmap threshold stays at 32 MiB instead of
     following the largest block freed (a block it maps is unmapped when freed, faulted in when made
-    again). ``map_none``: no block is mapped at all, the largest too (orjson's document buffer for a
-    12 MB body is 92 MB); for a process that never trims, where resident memory may stay at its peak.
-    Whether the C library took the settings (``False`` without glibc)."""
+    again); and every thread allocates from the main arena: a thread's own arena keeps its top when
+    ``free`` never trims, and ``malloc_trim`` returns only the free blocks inside it, not its top (a
+    request-parse worker's decoded strings would stay resident for good). The threads take turns on
+    the GIL anyway; measured side by side, one arena cost no latency. ``map_none``: no block is mapped
+    at all, the largest too (orjson's document buffer for a 12 MB body is 92 MB); for a process that
+    never trims, where resident memory may stay at its peak. Whether the C library took the settings
+    (``False`` without glibc)."""
     name = ctypes.util.find_library("c")
     try:
         mallopt = ctypes.CDLL(name).mallopt
@@ -80,7 +85,7 @@ def glibc_keep_freed(*, map_none: bool = False) -> bool:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    settings = [(_M_TRIM_THRESHOLD, _NEVER), (_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX)]
+    settings = [(_M_TRIM_THRESHOLD, _NEVER), (_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX), (_M_ARENA_MAX, _ONE_ARENA)]
     if map_none:
         settings.append((_M_MMAP_MAX, 0))
     return all(mallopt(parameter, value) == 1 for parameter, value in settings)
