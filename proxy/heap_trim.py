@@ -22,9 +22,10 @@ faults: the 13 MiB the trim had returned) and a 5,000-message one 30 to 50 ms; g
 when ``free`` leaves a large top chunk, and its moving mmap threshold, did the same at 5,000 messages
 with no trim at all. Those turns were bench part 2's p99, at twice its p50 in a fast machine phase. So
 glibc keeps what is freed (``glibc_keep_freed``: no trimming by ``free``, blocks under 32 MiB from the
-arenas) and the trimmer returns it only once the process holds ``allowance`` bytes more than it did
-after its last trim: traffic whose working set fits the allowance faults nothing in after the first
-trim, and memory that creeps (large, distinct bodies) still goes back within a second of passing it.
+arena, one arena for all threads) and the trimmer returns it only once the process holds ``allowance``
+bytes more than it did after its last trim: traffic whose working set fits the allowance faults nothing
+in after the first trim, and memory that creeps (large, distinct bodies) still goes back within a second
+of passing it.
 Without glibc (musl, macOS) there is no ``malloc_trim`` and the trimmer does nothing.
 """
 
@@ -48,10 +49,10 @@ TRIM_INTERVAL_SECONDS = 1.0  # at most one trim a second: 0.1 to 4 ms of another
 RESIDENT_ALLOWANCE_BYTES = 128 * 1024 * 1024
 
 # mallopt's parameters (malloc.h) and the values ``glibc_keep_freed`` sets.
-_ONE_ARENA = 1
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -3, -4, -8
 _NEVER = -1  # a trim threshold of -1 (the largest size) turns trimming by ``free`` off
 _MMAP_THRESHOLD_MAX = 32 * 1024 * 1024  # glibc's largest on 64-bit: a 12 MB body comes from an arena
+_ONE_ARENA = 1  # the main arena, for every thread
 
 
 def glibc_trim() -> Callable[[], object] | None:
@@ -74,7 +75,7 @@ def glibc_keep_freed(*, map_none: bool = False) -> bool:
     again); and every thread allocates from the main arena: a thread's own arena keeps its top when
     ``free`` never trims, and ``malloc_trim`` returns only the free blocks inside it, not its top (a
     request-parse worker's decoded strings would stay resident for good). The threads take turns on
-    the GIL anyway; measured side by side, one arena cost no latency. ``map_none``: no block is mapped
+    the GIL anyway; side by side, one arena cost no latency we could measure. ``map_none``: no block is mapped
     at all, the largest too (orjson's document buffer for a 12 MB body is 92 MB); for a process that
     never trims, where resident memory may stay at its peak. Whether the C library took the settings
     (``False`` without glibc)."""
