@@ -33,9 +33,11 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from proxy.idle_priority import lower_this_thread
 
@@ -55,17 +57,24 @@ _MMAP_THRESHOLD_MAX = 32 * 1024 * 1024  # glibc's largest on 64-bit: a 12 MB bod
 _ONE_ARENA = 1  # the main arena, for every thread
 
 
+@functools.cache
+def _c_function(name: str, *argtypes: Any) -> Any | None:
+    """The C library's function ``name`` taking ``argtypes`` and returning an int, or ``None`` where this
+    process's C library has none (not glibc). Looked up once: ``find_library`` runs ``ldconfig``, and
+    every app start (tests start hundreds) asks for the same two."""
+    try:
+        function = getattr(ctypes.CDLL(ctypes.util.find_library("c")), name)
+    except (OSError, AttributeError, TypeError):  # no C library found, or one without the function
+        return None
+    function.argtypes = list(argtypes)
+    function.restype = ctypes.c_int
+    return function
+
+
 def glibc_trim() -> Callable[[], object] | None:
     """``malloc_trim(0)`` of the C library this process runs on, or ``None`` when it has none."""
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name)
-        trim = libc.malloc_trim
-    except (OSError, AttributeError, TypeError):  # no C library found, or one without malloc_trim
-        return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return lambda: trim(0)
+    trim = _c_function("malloc_trim", ctypes.c_size_t)
+    return None if trim is None else lambda: trim(0)
 
 
 def glibc_keep_freed(*, map_none: bool = False) -> bool:
@@ -75,17 +84,13 @@ def glibc_keep_freed(*, map_none: bool = False) -> bool:
     again); and every thread allocates from the main arena: a thread's own arena keeps its top when
     ``free`` never trims, and ``malloc_trim`` returns only the free blocks inside it, not its top (a
     request-parse worker's decoded strings would stay resident for good). The threads take turns on
-    the GIL anyway; side by side, one arena cost no latency we could measure. ``map_none``: no block is mapped
-    at all, the largest too (orjson's document buffer for a 12 MB body is 92 MB); for a process that
+    the GIL anyway; side by side, one arena cost no latency we could measure. ``map_none``: no block is
+    mapped at all, the largest too (orjson's document buffer for a 12 MB body is 92 MB); for a process that
     never trims, where resident memory may stay at its peak. Whether the C library took the settings
     (``False`` without glibc)."""
-    name = ctypes.util.find_library("c")
-    try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError, TypeError):
+    mallopt = _c_function("mallopt", ctypes.c_int, ctypes.c_int)
+    if mallopt is None:
         return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
     settings = [(_M_TRIM_THRESHOLD, _NEVER), (_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX), (_M_ARENA_MAX, _ONE_ARENA)]
     if map_none:
         settings.append((_M_MMAP_MAX, 0))

@@ -164,11 +164,8 @@ class ResentRequests:
     def _copies(self, key: int, known: _Request) -> list[Any]:
         """Copies of ``known``'s messages for the turn that resends them: its spare, taken once, or new."""
         with self._lock:
-            spare = self._spares.pop(key, None)
-            if spare is not None:
-                self._bytes -= _spare_size(known)
-                return spare
-        return _fresh_messages(known.messages, known.nested)
+            spare = self._drop_spare(key, known)
+        return spare if spare is not None else _fresh_messages(known.messages, known.nested)
 
     def _candidates(self, raw: bytes) -> list[tuple[int, _Request]]:
         with self._lock:
@@ -184,8 +181,14 @@ class ResentRequests:
         known = self._requests.pop(key, None)
         if known is not None:
             self._bytes -= known.size
-            if self._spares.pop(key, None) is not None:
-                self._bytes -= _spare_size(known)
+            self._drop_spare(key, known)
+
+    def _drop_spare(self, key: int, known: _Request) -> list[Any] | None:
+        """``known``'s spare, out of the memo and its byte count (``None``: it had none); under the lock."""
+        spare = self._spares.pop(key, None)
+        if spare is not None:
+            self._bytes -= _spare_size(known)
+        return spare
 
 
 def _spare_size(known: _Request) -> int:
