@@ -251,19 +251,19 @@ def test_a_copy_made_between_turns_is_taken_once_by_the_next_turn_and_never_shar
     assert memo.ready_spares == 0
 
 
-def test_spares_are_counted_in_the_byte_bound_and_go_with_their_request() -> None:
+def test_a_full_memo_still_makes_spares_and_a_spare_goes_with_its_request() -> None:
     known = KnownMessages()
     sessions = [[{"role": "user", "content": f"session {s} " + "x" * 600}, *_history(9)] for s in range(3)]
     size = len(_raw(sessions[0]))
-    tight = ResentRequests(max_bytes=3 * size)  # room for one request, none for its spare
-    _turn(tight, known, _raw(sessions[0]))
-    tight.make_spares()
-    assert len(tight) == 1 and tight.ready_spares == 0
-    memo = ResentRequests(max_bytes=2 * 3 * size + size)  # two requests and their spares
+    full = ResentRequests(max_bytes=3 * size)  # exactly one request: no room left over
+    _turn(full, known, _raw(sessions[0]))
+    full.make_spares()
+    assert len(full) == 1 and full.ready_spares == 1  # outside the bound: it pushes nothing out
+    memo = ResentRequests(max_bytes=2 * 3 * size + size // 2)  # two requests, a little room left over
     for history in sessions[:2]:
         _turn(memo, known, _raw(history))
     memo.make_spares()
-    assert memo.ready_spares == 2
+    assert len(memo) == 2 and memo.ready_spares == 2
     _turn(memo, known, _raw(sessions[2]))  # the first session's request goes, and its spare with it
     assert len(memo) == 2 and memo.ready_spares == 1
     memo.make_spares()
