@@ -26,6 +26,7 @@ from proxy.app import create_app
 from proxy.config import ModelRoute, Settings
 from proxy.demo.scripted_provider import ScriptedProvider, serve_in_thread
 
+JSON = {"content-type": "application/json"}
 MACHINE = {"cpu": "x", "cores": 2, "platform": "p", "python": "3", "litellm": "1", "commit": "c"}
 
 
@@ -57,6 +58,27 @@ def test_the_lean_provider_answers_as_the_scripted_one_with_a_quarter_of_the_com
     assert lean["choices"] == plain["choices"]
     assert lean["usage"]["prompt_tokens"] == len(orjson.dumps(messages)) // 4
     assert plain["usage"]["prompt_tokens"] > lean["usage"]["prompt_tokens"]  # the stdlib's spaced JSON
+
+
+def test_the_skimming_provider_answers_and_counts_as_the_lean_one_without_building_the_messages() -> None:
+    messages = [{"role": "user", "content": "Is the 298 K run finished? 温度"}, {"role": "assistant", "content": "no"}]
+    plain = orjson.dumps({"model": "scripted", "messages": messages, "max_tokens": 8})
+    streamed = orjson.dumps(
+        {"model": "scripted", "messages": messages, "stream": True, "stream_options": {"include_usage": True}}
+    )
+    with (
+        serve_in_thread(LeanProvider(ok_script, skim=True).app()) as skim_url,
+        serve_in_thread(LeanProvider(ok_script).app()) as lean_url,
+    ):
+        answers = [
+            [httpx.post(f"{url}/v1/chat/completions", content=body, headers=JSON).text for body in (plain, streamed)]
+            for url in (skim_url, lean_url)
+        ]
+        broken = httpx.post(f"{skim_url}/v1/chat/completions", content=plain[:-9], headers=JSON)
+
+    assert answers[0] == answers[1]  # the same answer, streamed or not, usage and all
+    assert orjson.loads(answers[0][0])["usage"]["prompt_tokens"] == len(orjson.dumps(messages)) // 4
+    assert broken.status_code >= 400  # the body is still checked as JSON
 
 
 def test_history_cost_measures_every_size(servers: tuple[str, str]) -> None:
