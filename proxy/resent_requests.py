@@ -17,7 +17,7 @@ decoding the whole body there, which also names the problem of a bad one.
 A request is remembered only after it passed validation (``remember``), with its messages as decoded
 (kept here, never handed out: every turn gets its own copies of the containers, so whatever a turn does
 to its messages cannot change what the next turn decodes), their exact digests, and its bytes up to
-the end of the last message. At most ``max_bytes`` in all, a request's body bytes counted three times
+the end of the last message. At most ``max_bytes`` of requests, a request's body bytes counted three times
 (its decoded messages hold its text again, with the dicts around it); least recently used first out.
 Decodes run on two worker threads at once, hence the lock.
 
@@ -159,7 +159,7 @@ class ResentRequests:
             copies = _fresh_messages(known.messages, known.nested)
             with self._lock:
                 if key in self._requests:  # still remembered: a later request may have pushed it out
-                    self._spares.setdefault(key, copies)
+                    self._spares[key] = copies  # a request is wanted once, so it has no spare yet
 
     def _copies(self, key: int, known: _Request) -> list[Any]:
         """Copies of ``known``'s messages for the turn that resends them: its spare, taken once, or new."""
