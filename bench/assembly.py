@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from proxy.offline import prepare_offline_environment
+from proxy.process.offline import prepare_offline_environment
 
 prepare_offline_environment()
 

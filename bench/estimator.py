@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from proxy.offline import prepare_offline_environment
+from proxy.process.offline import prepare_offline_environment
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 ENCODINGS = ("cl100k_base", "o200k_base")
@@ -167,7 +167,7 @@ def run_calibrated(cases: dict[str, list[str]], quick: bool) -> dict[str, Any]:
     never approach a window)."""
     from proxy.context.calibration import MIN_SAMPLE_TOKENS, MIN_SAMPLES, Calibration
     from proxy.context.estimators import CachingEstimator, TiktokenEstimator
-    from proxy.demo.scripted_provider import tiktoken_prompt_tokens
+    from proxy.provider.scripted import tiktoken_prompt_tokens
     from proxy.runtime.calibration import local_count
 
     prepare_offline_environment()

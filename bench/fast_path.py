@@ -1,6 +1,6 @@
 """Lever: the provider adapter's fast path against ``litellm.acompletion``, per small call.
 
-The fast path (issue 18, ``proxy/runtime/fast/``) keeps litellm's request/response
+The fast path (issue 18, ``proxy/provider/fast/``) keeps litellm's request/response
 transformation but skips its per-call bookkeeping (cost calculation, logging set-up, the executor hop,
 client construction). Both paths are the product's own ``LiteLLMBackend.complete`` (``fast_path=False``
 and ``True``), sending the same small chat to the scripted provider in its own process, on one event
@@ -22,13 +22,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from proxy.offline import prepare_offline_environment
+from proxy.process.offline import prepare_offline_environment
 
 prepare_offline_environment()
 
 from bench import servers  # noqa: E402 - after the offline set-up
 from bench.overhead import small_body  # noqa: E402
-from proxy.runtime.provider import LiteLLMBackend  # noqa: E402
+from proxy.provider.litellm_backend import LiteLLMBackend  # noqa: E402
 
 LEVER = "litellm fast path"
 
@@ -97,10 +97,10 @@ def _best_ms(work: Callable[[Any], object], given: Callable[[], Any], repeats: i
 
 def message_steps_lever(messages: int = 1_000, repeats: int = 30) -> dict[str, Any]:
     """Best-of ms of litellm's provider-independent message steps over a resent history (before) against
-    the fast path's one pass for plain messages (after, ``proxy/runtime/fast/messages.py``)."""
+    the fast path's one pass for plain messages (after, ``proxy/provider/fast/messages.py``)."""
     from bench.assembly import make_history
-    from proxy.runtime.fast.messages import plain_messages
-    from proxy.runtime.fast.surface import load
+    from proxy.provider.fast.messages import plain_messages
+    from proxy.provider.fast.surface import load
 
     parts = load()
     config = parts["OpenAIGPTConfig"]()
@@ -135,10 +135,10 @@ def message_steps_lever(messages: int = 1_000, repeats: int = 30) -> dict[str, A
 def request_splice_lever(messages: int = 1_000, repeats: int = 30) -> dict[str, Any]:
     """Best-of ms of the OpenAI config's request transformation over a resent history's plain messages
     (before) against the request built without them and the messages spliced in (after,
-    ``splices_messages`` in ``proxy/runtime/fast/messages.py``)."""
+    ``splices_messages`` in ``proxy/provider/fast/messages.py``)."""
     from bench.assembly import make_history
-    from proxy.runtime.fast.messages import plain_messages
-    from proxy.runtime.fast.surface import load
+    from proxy.provider.fast.messages import plain_messages
+    from proxy.provider.fast.surface import load
 
     parts = load()
     config = parts["OpenAIGPTConfig"]()

@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from proxy import jsonio
-from proxy.request_body import _decode_reference, decode_body
-from proxy.resent_requests import ResentRequests
+from proxy.edge.request_body import _decode_reference, decode_body
+from proxy.edge.resent_requests import ResentRequests
+from proxy.kernel import jsonio
 
 MESSAGES = 1_000
 FILLER = "Step {n}: the readings of instrument ü agree within 0.2 %; the log says {n} rows were kept. "
@@ -61,7 +61,7 @@ def orjson_lever(messages: int = MESSAGES, repeats: int = 15) -> dict[str, Any]:
 
 _GC_SCRIPT = """
 import gc, json, time
-from proxy.offline import prepare_offline_environment
+from proxy.process.offline import prepare_offline_environment
 prepare_offline_environment()
 import litellm
 def requests_in_flight():
@@ -110,10 +110,10 @@ def validation_reuse_lever(messages: int = MESSAGES, repeats: int = 15) -> dict[
     """The chat edge's decode and checks of a resent history (the previous turn's messages plus two new
     ones): the whole body decoded, every message validated, then digested again by the chain memo
     (before), against the resent prefix recognized by its bytes, neither decoded, validated nor digested
-    again, and only the new messages decoded, validated and digested (after, ``proxy/resent_requests.py``
-    and ``proxy/known_messages.py``)."""
-    from proxy.canonical import exact_digest
-    from proxy.wire import parse_chat_request
+    again, and only the new messages decoded, validated and digested (after, ``proxy/edge/resent_requests.py``
+    and ``proxy/edge/known_messages.py``)."""
+    from proxy.ingress.chat.wire import parse_chat_request
+    from proxy.kernel.canonical import exact_digest
 
     previous_raw, raw = _resent_bodies(messages)
     edge = _chat_edge(ResentRequests())
@@ -192,8 +192,8 @@ def _resent_bodies(messages: int) -> tuple[bytes, bytes]:
 def _chat_edge(resent: ResentRequests) -> Callable[[bytes], None]:
     """What the chat route does with a body (``proxy/app._parse``): decode it through ``resent``, check it,
     remember it."""
-    from proxy.known_messages import KnownMessages
-    from proxy.wire import check_chat_request
+    from proxy.edge.known_messages import KnownMessages
+    from proxy.ingress.chat.wire import check_chat_request
 
     known = KnownMessages()
 

@@ -1,6 +1,6 @@
 """The heap lever (issue 18): what a large turn pays for the pages a heap trim returned just before it.
 
-``proxy/heap_trim.py`` returns freed memory only once resident memory has grown by its allowance, where
+``proxy/process/heap_trim.py`` returns freed memory only once resident memory has grown by its allowance, where
 it used to trim after every large body (at most once a second). A trim's pages are faulted back in by
 the next turn that touches as much memory: this times that turn's body read (the socket's pieces joined,
 then decoded and checked) right after a trim (before) against the same read with the memory kept
@@ -15,8 +15,8 @@ import statistics
 import time
 from typing import Any
 
-from proxy.heap_trim import glibc_keep_freed, glibc_trim
-from proxy.request_body import decode_body
+from proxy.edge.request_body import decode_body
+from proxy.process.heap_trim import glibc_keep_freed, glibc_trim
 
 MESSAGES = 1_000
 PIECE = 65_536  # what uvicorn hands the app per read of a large body

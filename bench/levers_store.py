@@ -29,17 +29,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from proxy.offline import prepare_offline_environment
+from proxy.process.offline import prepare_offline_environment
 
 prepare_offline_environment()
 
 from bench.assembly import TOOLS, make_history  # noqa: E402 - after the offline set-up (tiktoken)
-from proxy.config import ModelRoute, Settings  # noqa: E402
+from proxy.builder import build_runner  # noqa: E402
 from proxy.context.estimators import ConservativeTokenEstimator  # noqa: E402
 from proxy.context.turn_estimator import TurnEstimator  # noqa: E402
-from proxy.identity import SessionIdentity  # noqa: E402
-from proxy.runtime.services import build_runner  # noqa: E402
-from proxy.runtime.turn import TurnRunner  # noqa: E402
+from proxy.ingress.identify import SessionIdentity  # noqa: E402
+from proxy.kernel.config import ModelRoute, Settings  # noqa: E402
+from proxy.runtime.service import TurnRunner  # noqa: E402
 from proxy.session import reconcile as rc  # noqa: E402
 from proxy.session.sqlite import SqliteSessionStore  # noqa: E402
 

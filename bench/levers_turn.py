@@ -20,21 +20,22 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from proxy.offline import prepare_offline_environment
+from proxy.process.offline import prepare_offline_environment
 
 prepare_offline_environment()
 
 from bench.assembly import make_history  # noqa: E402 - after the offline set-up (litellm, tiktoken)
 from bench.levers_store import ROUTE, _body, _runner, _with_store  # noqa: E402
 from contributors.base import BuiltinContributor  # noqa: E402
-from proxy import jsonio, startup_gc  # noqa: E402
-from proxy.config import ModelRoute  # noqa: E402
 from proxy.context import turn_estimator, validator, window, working_history  # noqa: E402
 from proxy.context.previews import PreviewMemo  # noqa: E402
 from proxy.context.units import SplitMemo, split_units  # noqa: E402
-from proxy.identity import SessionIdentity  # noqa: E402
-from proxy.request_body import decode_body  # noqa: E402
-from proxy.runtime import calibration, turn  # noqa: E402
+from proxy.edge.request_body import decode_body  # noqa: E402
+from proxy.ingress.identify import SessionIdentity  # noqa: E402
+from proxy.kernel import jsonio  # noqa: E402
+from proxy.kernel.config import ModelRoute  # noqa: E402
+from proxy.process import startup_gc  # noqa: E402
+from proxy.runtime import calibration, service  # noqa: E402
 from proxy.session.sqlite import SqliteSessionStore  # noqa: E402
 
 MESSAGES = 1000
@@ -86,7 +87,7 @@ def _one_by_one(estimator: Any, messages: Sequence[Mapping[str, Any]]) -> list[i
 @contextmanager
 def _counts_one_by_one() -> Iterator[None]:
     """As before the lever: each stage counts message by message, and the assembly names its history again."""
-    users = (validator, window, working_history, calibration, turn)
+    users = (validator, window, working_history, calibration, service)
     saved = [module.counts_of for module in users]
     name_messages = turn_estimator.TurnEstimator.name_messages
 

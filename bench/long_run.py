@@ -24,7 +24,7 @@ import httpx
 
 from bench.scripted_server import SUMMARY_MARKER
 from bench.servers import MASTER_KEY, MODEL
-from proxy.offline import prepare_offline_environment
+from proxy.process.offline import prepare_offline_environment
 
 WINDOW_TOKENS = 32_000
 TOOL_OUTPUT_BYTES = 12_000

@@ -35,7 +35,7 @@ from typing import Any
 import asyncpg
 import httpx
 
-from proxy.demo.scripted_provider import Reply, ScriptedProvider, ToolCall, free_port, serve_in_thread
+from proxy.provider.scripted import Reply, ScriptedProvider, ToolCall, free_port, serve_in_thread
 
 MODEL = "replica-model"
 TASK_PREFIX = "replica task "
@@ -387,7 +387,7 @@ async def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from proxy.offline import prepare_offline_environment
+    from proxy.process.offline import prepare_offline_environment
 
     prepare_offline_environment()
     sys.exit(asyncio.run(main()))

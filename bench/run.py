@@ -22,7 +22,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make ``bench`` and ``proxy`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from proxy.offline import prepare_offline_environment
+from proxy.process.offline import prepare_offline_environment
 
 prepare_offline_environment()
 

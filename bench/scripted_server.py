@@ -2,7 +2,7 @@
 
 Run: ``python -m bench.scripted_server --port P [--script ok|science] [--context-window N]``
 
-Besides the OpenAI routes of :class:`~proxy.demo.scripted_provider.ScriptedProvider` it answers
+Besides the OpenAI routes of :class:`~proxy.provider.scripted.ScriptedProvider` it answers
 ``GET /bench/received?since=N``: the request bodies received from index ``N`` on, so the long run can
 read exactly what the provider was sent without keeping the whole run in the client's memory twice.
 ``POST /bench/forget`` drops the bodies already read (a 200-step run would otherwise hold every
@@ -24,10 +24,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
-from proxy.demo.scripted_provider import Reply, Script, ScriptedProvider, ToolCall
-from proxy.drain import KEEP_ALIVE_SECONDS
-from proxy.heap_trim import glibc_keep_freed
-from proxy.startup_gc import YOUNG_THRESHOLD
+from proxy.process.drain import KEEP_ALIVE_SECONDS
+from proxy.process.heap_trim import glibc_keep_freed
+from proxy.process.startup_gc import YOUNG_THRESHOLD
+from proxy.provider.scripted import Reply, Script, ScriptedProvider, ToolCall
 
 SUMMARY_MARKER = "Write the checkpoint now."
 CHECKPOINT_TEXT = """## Completed work
@@ -166,11 +166,11 @@ def main(argv: list[str] | None = None) -> None:
     if not args.keep_history:
         # The overhead runs send tens of thousands of requests; nobody reads them back.
         provider.history = _Counter()
-    # As the proxy does (proxy/startup_gc.py): start-up's objects out of every collection, and young
+    # As the proxy does (proxy/process/startup_gc.py): start-up's objects out of every collection, and young
     # collections rare enough that a request's short-lived body is freed by reference counting, not walked.
     gc.freeze()
     gc.set_threshold(YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-    # As the proxy does (proxy/heap_trim.py), and more: glibc keeps what a large body freed for the next one,
+    # As the proxy does (proxy/process/heap_trim.py), and more: glibc keeps what a large body freed for the next one,
     # orjson's document buffer too, instead of mapping it anew and faulting it in (2,300 faults, a third of
     # the decode of a 5,000-message body, and its jitter). Nothing trims it: its peak is one large request.
     glibc_keep_freed(map_none=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from proxy.demo.scripted_provider import free_port
+from proxy.provider.scripted import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 LITELLM_VENV = REPO / "bench" / ".venv-litellm-proxy"

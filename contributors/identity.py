@@ -13,8 +13,8 @@ from __future__ import annotations
 from pydantic import Field
 
 from contributors.base import BuiltinContributor, ContributorOptions, Factory, options_for
-from proxy.canonical import content_text
 from proxy.context.types import ContributionRequest, ContributorOutput, Section
+from proxy.kernel.canonical import content_text
 
 IDENTITY_ROLES = ("system", "developer")
 SLOT = 0

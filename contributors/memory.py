@@ -19,8 +19,8 @@ from pydantic import Field
 
 from contributors.base import options_for
 from contributors.projection import ProjectionFactory, RecordOptions, RecordProjection
-from proxy.canonical import stable_json
 from proxy.context.types import Attachment, ContextMessage, ContributionRequest, ContributorOutput, Scope
+from proxy.kernel.canonical import stable_json
 
 DEFAULT_MAX_CHARS = 4000
 

@@ -24,9 +24,9 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from contributors.base import BuiltinContributor, ContributorOptions, Factory, options_for
-from proxy.canonical import stable_json
 from proxy.context.state import RunState, StateConfig, bounded, derive_state
 from proxy.context.types import ContextMessage, ContributionRequest, ContributorOutput, DeclaredCall, StateChannel
+from proxy.kernel.canonical import stable_json
 
 MAX_ENTRIES = 20
 VALUE_CHARS = 400

@@ -25,33 +25,33 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from proxy.client_params import check_client_params
-from proxy.config import Mode, Settings
+from proxy.builder import build_runner
 from proxy.context.nonce import SECRET_NAME
-from proxy.drain import Drain
-from proxy.errors import AuthenticationFailed, InvalidRequest, ModelNotFound, ProxyError
-from proxy.heap_trim import HeapTrimmer, glibc_keep_freed, glibc_trim
-from proxy.identity import identify
-from proxy.ingress import messages as anthropic
-from proxy.ingress.messages_errors import error_response as anthropic_error
-from proxy.ingress.responses_api import ResponsesIngress
-from proxy.jsonio import JSONAnswer, dumps
-from proxy.known_messages import KnownMessages
+from proxy.edge.known_messages import KnownMessages
+from proxy.edge.request_reader import RequestReader
+from proxy.edge.resent_requests import ResentRequests
+from proxy.ingress.chat.wire import ChatCompletionRequest, check_chat_request
+from proxy.ingress.identify import identify
+from proxy.ingress.messages import adapter as anthropic
+from proxy.ingress.messages.errors import error_response as anthropic_error
+from proxy.ingress.responses.adapter import ResponsesIngress
+from proxy.kernel.client_params import check_client_params
+from proxy.kernel.config import Mode, Settings
+from proxy.kernel.errors import AuthenticationFailed, InvalidRequest, ModelNotFound, ProxyError
+from proxy.kernel.jsonio import JSONAnswer, dumps
 from proxy.observe.metrics import CONTENT_TYPE
 from proxy.observe.telemetry import Telemetry
-from proxy.replay.recorder import Recorder, RecordingMiddleware
+from proxy.process.drain import Drain
+from proxy.process.heap_trim import HeapTrimmer, glibc_keep_freed, glibc_trim
+from proxy.process.startup_gc import collect_after_turn, frozen_start_up
+from proxy.provider.litellm_backend import ProviderBackend
+from proxy.provider.recording import Recorder, RecordingMiddleware
 from proxy.report.inspector import Inspector
-from proxy.request_reader import RequestReader
-from proxy.resent_requests import ResentRequests
 from proxy.runtime.answers import Completion
 from proxy.runtime.assembly import Assembler
-from proxy.runtime.provider import ProviderBackend
-from proxy.runtime.services import build_runner
-from proxy.runtime.turn import TurnRunner
+from proxy.runtime.service import TurnRunner
 from proxy.session import open_store
 from proxy.session.store import SessionStore
-from proxy.startup_gc import collect_after_turn, frozen_start_up
-from proxy.wire import ChatCompletionRequest, check_chat_request
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -95,7 +95,9 @@ def create_app(
     services = Services(store=store, backend=backend, assembler=assembler)
     telemetry = Telemetry.build(tracer_provider, os.environ)
     drain = Drain(settings.shutdown_grace_seconds)
-    heap = HeapTrimmer(glibc_trim(), keep_freed=glibc_keep_freed)  # what large requests free (proxy/heap_trim.py)
+    heap = HeapTrimmer(
+        glibc_trim(), keep_freed=glibc_keep_freed
+    )  # what large requests free (proxy/process/heap_trim.py)
     reader = RequestReader(settings.max_request_bytes, on_body=heap.note_body)
     known_messages = KnownMessages()  # the chat edge validates a resent history's messages once
     resent_requests = ResentRequests()  # ... and decodes and digests them once
@@ -111,7 +113,7 @@ def create_app(
             services.store = open_store(settings.store_url, settings.data_dir, settings.session_lock_seconds)
         await services.store.open()
         if services.backend is None:
-            from proxy.runtime.provider import LiteLLMBackend
+            from proxy.provider.litellm_backend import LiteLLMBackend
 
             services.backend = LiteLLMBackend(timeout_seconds=settings.provider_timeout_seconds)
         if recorder is not None:
@@ -249,7 +251,7 @@ def create_app(
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
     if recorder is not None:
         app.add_middleware(RecordingMiddleware, recorder=recorder)
-    app.state.drain = drain  # the server starts it on shutdown (proxy.drain.DrainingServer)
+    app.state.drain = drain  # the server starts it on shutdown (proxy.process.drain.DrainingServer)
     app.state.heap_trimmer = heap
     return app
 
@@ -344,7 +346,7 @@ def _parse(
 ) -> tuple[dict[str, Any], ChatCompletionRequest, list[bytes] | None]:
     """Decode and validate a chat body (pure CPU: runs on the reader's worker thread for large bodies);
     with it, the exact digest of each message (the chain memo takes them instead of digesting again).
-    The messages it resends of a recent request (``proxy/resent_requests.py``) come decoded and digested."""
+    The messages it resends of a recent request (``proxy/edge/resent_requests.py``) come decoded and digested."""
     decoded = resent.decode(raw)
     body = decoded.body
     messages = body.get("messages")

@@ -8,9 +8,9 @@ import logging
 import sys
 from pathlib import Path
 
-from proxy.config import LOG_LEVELS, ConfigError, Settings
-from proxy.exposure import check_exposure
-from proxy.offline import prepare_offline_environment
+from proxy.kernel.config import LOG_LEVELS, ConfigError, Settings
+from proxy.process.exposure import check_exposure
+from proxy.process.offline import prepare_offline_environment
 from proxy.session.store import StoreError
 
 
@@ -98,8 +98,8 @@ def _report(traces: Path, out: Path) -> int:
 
 def _serve(settings: Settings, host: str, port: int) -> int:
     from proxy.app import create_app
-    from proxy.drain import server_for
-    from proxy.runtime.services import check_settings
+    from proxy.builder import check_settings
+    from proxy.process.drain import server_for
 
     check_settings(settings)
     app = create_app(settings)

@@ -2,7 +2,7 @@
 """Serve the real proxy (``python -m proxy serve``) in front of a scripted model that drives an agent task.
 
 For ``scripts/real_agents.py --scripted-proxy``: the real agents (Codex CLI, Claude Code) talk to the
-real proxy over loopback, and the proxy's provider is ``proxy/demo/scripted_provider.py`` playing a model
+real proxy over loopback, and the proxy's provider is ``proxy/provider/scripted.py`` playing a model
 that makes ``--steps`` shell tool calls (``exec_command`` for Codex, ``Bash`` for Claude Code, whichever
 the request offers), each ``echo step-N; <command>``, then answers with a final line. The step count is
 read back from the history the proxy sent (tool calls, their outputs, checkpoints), so it survives the
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from proxy.demo.science import is_summary_request
-from proxy.demo.scripted_provider import Reply, ScriptedProvider, ToolCall, free_port, serve_in_thread
+from proxy.provider.scripted import Reply, ScriptedProvider, ToolCall, free_port, serve_in_thread
 
 # The names the agents ask for by default; each is routed to the scripted provider.
 MODELS = ("gpt-5.5", "gpt-5.4", "claude-opus-4-8", "claude-sonnet-4-5", "claude-haiku-4-5", "claude-sonnet-4-6")

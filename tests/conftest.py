@@ -1,6 +1,6 @@
 """Session-wide test set-up: offline litellm/tiktoken before anything imports them."""
 
-from proxy.offline import prepare_offline_environment
+from proxy.process.offline import prepare_offline_environment
 
 prepare_offline_environment()
 

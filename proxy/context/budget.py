@@ -19,7 +19,7 @@ from proxy.context.collector import Collection
 from proxy.context.hidden import hidden_message
 from proxy.context.renderer import SEPARATOR, render_section, section_sort_key
 from proxy.context.types import DEFAULT_PRIORITY, Attachment, ContextMessage, Diagnostic, Section, TokenEstimator
-from proxy.errors import AssemblyFailed
+from proxy.kernel.errors import AssemblyFailed
 
 # Below this many tokens a truncated piece says too little to be worth its marker: drop it instead.
 MIN_TRUNCATED_TOKENS = 24

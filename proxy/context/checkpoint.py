@@ -26,9 +26,9 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.canonical import content_text, stable_json
 from proxy.context.nonce import NONCE_PATTERN
 from proxy.context.previews import READ_TOOL_OUTPUT, refs_in
+from proxy.kernel.canonical import content_text, stable_json
 
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("completed_work", "Completed work"),

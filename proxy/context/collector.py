@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
-from proxy.canonical import stable_json
 from proxy.context.registry import ContextContributorRegistry
 from proxy.context.types import (
     ID_PATTERN,
@@ -29,7 +28,8 @@ from proxy.context.types import (
     Diagnostic,
     Section,
 )
-from proxy.errors import AssemblyFailed
+from proxy.kernel.canonical import stable_json
+from proxy.kernel.errors import AssemblyFailed
 
 Status: TypeAlias = Literal["ok", "error", "timeout", "invalid"]
 DEFAULT_TIMEOUT_SECONDS = 5.0

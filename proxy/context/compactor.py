@@ -28,7 +28,6 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from proxy.canonical import HistoryEntry, chain_hashes, content_text
 from proxy.context.checkpoint import Checkpoint, build_summary_request, validate_checkpoint
 from proxy.context.pressure import Pressure, PressureConfig, measure_pressure
 from proxy.context.previews import READ_TOOL_OUTPUT, PreviewMemo, PreviewPolicy, is_valid_ref
@@ -36,6 +35,7 @@ from proxy.context.turn_estimator import TurnEstimator, count_named
 from proxy.context.types import TokenEstimator
 from proxy.context.units import RESULT_ROLES, SplitMemo, Unit
 from proxy.context.working_history import WorkingHistory, split_tail
+from proxy.kernel.canonical import HistoryEntry, chain_hashes, content_text
 
 # Counting a history is pure CPU: seconds for 20,000 messages seen for the first time. On the event loop
 # that would stall every other session's request for as long, so a large history is counted (and its

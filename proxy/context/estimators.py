@@ -17,9 +17,9 @@ from typing import Any
 
 import orjson
 
-from proxy.canonical import canonical_message, content_text, message_digest, stable_json
 from proxy.context.cjk_costs import cost_table
 from proxy.context.types import PrefixTokenEstimator, TokenEstimator
+from proxy.kernel.canonical import canonical_message, content_text, message_digest, stable_json
 
 # Every chat message costs a few framing tokens (role, separators) on top of its content; OpenAI's
 # documented figure is 3-4, plus 3 priming the reply. 4 keeps us on the safe side per message.
@@ -208,7 +208,7 @@ class CachingEstimator:
     """Wraps an estimator and caches its counts, so a turn only pays for what is new.
 
     Every entry is keyed by a 17-byte digest or a 64-character chain hash, never by the text: messages
-    by :func:`~proxy.canonical.message_digest` (equal digests mean equal canonical messages, so a hit is
+    by :func:`~proxy.kernel.canonical.message_digest` (equal digests mean equal canonical messages, so a hit is
     never wrong; cosmetic variants at worst miss), history messages also by their chain hash
     (``count_message_at``: the name reconciliation gave them, so the unchanged prefix of a resent
     history costs a lookup per message, not a digest of its content; the hash string itself is the key,
@@ -302,7 +302,7 @@ _TEXT, _TOOLS = b"t", b"T"
 
 
 def _is_chain_hash(name: str) -> bool:
-    """Whether ``name`` is a SHA-256 hex chain hash (``proxy/canonical.py``), the only str keys stored: a
+    """Whether ``name`` is a SHA-256 hex chain hash (``proxy/kernel/canonical.py``), the only str keys stored: a
     64-character string (113 bytes, usually the very object the chain memo holds) keeps an entry within
     ``ENTRY_BYTES``. Anything else is counted by content only."""
     return len(name) == 64 and _HEX.fullmatch(name) is not None

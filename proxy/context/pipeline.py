@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.canonical import HistoryEntry
 from proxy.context.budget import BudgetResult, apply_context_budget
 from proxy.context.checkpoint import Checkpoint
 from proxy.context.collector import Collection, ContributorRun, ProtectedContributorFailed, collect_detailed
@@ -32,7 +31,8 @@ from proxy.context.turn_estimator import TurnEstimator
 from proxy.context.types import ContributionRequest, Diagnostic, Scope, TokenEstimator
 from proxy.context.validator import ContextValidator
 from proxy.context.window import AtomicHistoryWindowPolicy, WindowResult
-from proxy.errors import AssemblyFailed
+from proxy.kernel.canonical import HistoryEntry
+from proxy.kernel.errors import AssemblyFailed
 
 _CLIENT_INSTRUCTION_ROLES = ("system", "developer")
 _MAX_PASSES = 3  # the first, after compaction, after the window: each only when the visible history changed

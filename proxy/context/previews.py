@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.canonical import content_text
+from proxy.kernel.canonical import content_text
 
 REF_PATTERN = re.compile(r"[A-Za-z0-9_.:-]+")
 # How a reference appears in any text (previews, checkpoints). Sentence punctuation right after a ref

@@ -33,7 +33,7 @@ from proxy.context.types import (
     Scope,
     StateChannel,
 )
-from proxy.errors import ProxyError
+from proxy.kernel.errors import ProxyError
 
 ENTRY_POINT_GROUP = "science_context.contributors"
 OWN_DISTRIBUTION = "science-context-proxy"

@@ -26,9 +26,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from proxy.canonical import HistoryEntry, content_text
 from proxy.context.types import DeclaredCall, StateChannel
-from proxy.jsonio import loads_text
+from proxy.kernel.canonical import HistoryEntry, content_text
+from proxy.kernel.jsonio import loads_text
 
 RunState: TypeAlias = dict[str, Any]
 

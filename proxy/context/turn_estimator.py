@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from proxy.canonical import HistoryEntry
 from proxy.context.estimators import CachingEstimator
 from proxy.context.types import PrefixTokenEstimator, TokenEstimator
+from proxy.kernel.canonical import HistoryEntry
 
 
 class TurnEstimator:

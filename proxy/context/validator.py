@@ -16,7 +16,7 @@ from proxy.context.hidden import HIDDEN_MESSAGE
 from proxy.context.turn_estimator import counts_of
 from proxy.context.types import TokenEstimator
 from proxy.context.units import RESULT_ROLES, call_ids
-from proxy.errors import AssemblyFailed
+from proxy.kernel.errors import AssemblyFailed
 
 VALID_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 

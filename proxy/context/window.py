@@ -19,7 +19,7 @@ from typing import Any
 from proxy.context.turn_estimator import counts_of
 from proxy.context.types import Diagnostic, TokenEstimator
 from proxy.context.units import Unit, anchor_unit, latest_step_start, split_units
-from proxy.errors import AssemblyFailed
+from proxy.kernel.errors import AssemblyFailed
 
 
 @dataclass(frozen=True)

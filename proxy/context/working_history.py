@@ -12,12 +12,12 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from proxy.canonical import HistoryEntry, content_text
 from proxy.context.checkpoint import Checkpoint
 from proxy.context.previews import is_preview
 from proxy.context.turn_estimator import counts_of
 from proxy.context.types import TokenEstimator
 from proxy.context.units import SplitMemo, Unit, anchor_stop, latest_step_start, split_units
+from proxy.kernel.canonical import HistoryEntry, content_text
 
 SPLIT_NOTE = "[the first {cut:,} characters of this message are summarized in the checkpoint above]\n"
 

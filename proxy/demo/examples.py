@@ -30,10 +30,10 @@ from typing import Any
 
 import httpx
 
-from proxy.config import ModelRoute, Settings
 from proxy.demo.science import TOOLS as STEP_TOOLS
 from proxy.demo.science import checkpoint_for, is_summary_request, tool_output
-from proxy.demo.scripted_provider import Reply, ScriptedProvider, ToolCall, serve_in_thread
+from proxy.kernel.config import ModelRoute, Settings
+from proxy.provider.scripted import Reply, ScriptedProvider, ToolCall, serve_in_thread
 
 DEFAULT_DIR = Path(".tmp/context-examples")
 PROVIDER_PLACEHOLDER = "http://scripted-provider"

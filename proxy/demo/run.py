@@ -16,10 +16,10 @@ from typing import Any
 
 import httpx
 
-from proxy.config import ModelRoute, Settings
 from proxy.demo.science import TOOLS as SCIENCE_TOOLS
 from proxy.demo.science import ScienceModel, client_tool_result, is_summary_request
-from proxy.demo.scripted_provider import Reply, ScriptedProvider, ToolCall, serve_in_thread
+from proxy.kernel.config import ModelRoute, Settings
+from proxy.provider.scripted import Reply, ScriptedProvider, ToolCall, serve_in_thread
 
 MODEL = "demo-scientist"
 LONG_RUN_STEPS = 30

@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from proxy.demo.scripted_provider import Reply, ToolCall
+from proxy.provider.scripted import Reply, ToolCall
 
 PLANTED_FACT = "FACT-7391: the calibration offset is 0.0427 K"
 SUMMARY_MARKER = "You write a scientific checkpoint"

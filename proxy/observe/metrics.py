@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
-from proxy.observe.observer import (
+from proxy.observe.call_facts import (
     assembly,
     endpoint,
     made_model_call,

@@ -1,7 +1,7 @@
 """OpenTelemetry spans, one per model call, following the GenAI semantic conventions.
 
 Needs the ``otel`` extra; ``proxy/observe/telemetry.py`` imports this module only when spans are on.
-A span is made from the call's record once the call is finished (``proxy/observe/observer.py``), with the
+A span is made from the call's record once the call is finished (``proxy/observe/call_facts.py``), with the
 times the record carries: the call span from the start of the attempt (before assembly) to the end of
 the call (for a live stream, its last chunk), an ``assemble`` child for the pipeline's time, and one
 child per summarizer call. The summarizer calls ran inside the assembly; their durations are measured but
@@ -19,8 +19,8 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode, TracerProvider
 
-from proxy.config import ModelRoute
-from proxy.observe.observer import (
+from proxy.kernel.config import ModelRoute
+from proxy.observe.call_facts import (
     assembly,
     checkpoint_sent,
     endpoint,

@@ -13,8 +13,8 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from proxy.observe.call_facts import CallObserver, Observers
 from proxy.observe.metrics import PrometheusMetrics
-from proxy.observe.observer import CallObserver, Observers
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from proxy.config import ConfigError, Settings
+from proxy.kernel.config import ConfigError, Settings
 from proxy.replay.page import render
 from proxy.replay.replay import replay
 from proxy.replay.verdict import judge

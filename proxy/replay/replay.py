@@ -23,13 +23,13 @@ from typing import Any
 
 import httpx
 
-from proxy.config import Settings
 from proxy.context.nonce import session_nonce
 from proxy.demo.science import checkpoint_for
-from proxy.errors import ContextOverflow, ProviderError, ProxyError
-from proxy.replay.cassette import Exchange, RecordedRequest, read_recordings
-from proxy.runtime.call_tag import current_tag, take_shadow_candidate
-from proxy.runtime.redaction import redact_llm_input
+from proxy.kernel.config import Settings
+from proxy.kernel.errors import ContextOverflow, ProviderError, ProxyError
+from proxy.provider.call_tag import current_tag, take_shadow_candidate
+from proxy.provider.cassette import Exchange, RecordedRequest, read_recordings
+from proxy.provider.redaction import redact_llm_input
 from proxy.runtime.stream_buffer import accumulate, synthesize
 
 # Replay pins its own framing secret: the nonces it produces are known, so that they (and the
@@ -83,7 +83,7 @@ class ReplayBackend:
 
     def model_map_limits(self, model: str) -> tuple[int | None, int | None]:
         """The limits litellm's model map gives, as the recorded deployment had them."""
-        from proxy.runtime.provider import LiteLLMBackend
+        from proxy.provider.litellm_backend import LiteLLMBackend
 
         return LiteLLMBackend(timeout_seconds=1).model_map_limits(model)
 
@@ -219,7 +219,7 @@ def replay(folders: list[Path], settings: Settings, timeout: float = 120.0) -> l
     """Re-send every recorded request of ``folders`` through the current build; ``ValueError`` when a
     recording cannot be read."""
     from proxy.app import create_app  # the app imports this package's recorder
-    from proxy.demo.scripted_provider import serve_in_thread
+    from proxy.provider.scripted import serve_in_thread
 
     recordings = read_recordings(folders)
     backend = ReplayBackend()

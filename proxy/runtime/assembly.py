@@ -1,7 +1,7 @@
 """The assembler port: how the runtime asks for a model call's input, whatever the mode.
 
 The runtime owns the turn (lock, store, provider, trace); an ``Assembler`` owns what the model sees.
-``proxy/runtime/dynamic.py`` implements it over the pipeline in ``proxy/context``; tests may hand the
+``proxy/runtime/session_assembler.py`` implements it over the pipeline in ``proxy/context``; tests may hand the
 app another.
 """
 
@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from proxy.config import Mode, ModelRoute
 from proxy.context.pipeline import AssemblyRecord
-from proxy.identity import SessionIdentity
+from proxy.ingress.identify import SessionIdentity
+from proxy.kernel.config import Mode, ModelRoute
 from proxy.runtime.branch import BranchTurn
 from proxy.runtime.calibration import TokenAccounting
 from proxy.runtime.limits import ModelLimits

@@ -9,7 +9,7 @@ of the request's last message (its head):
   head, so those requests take turns and never interleave their store updates; a request that waits
   longer than the lock wait is a real conflict and gets ``409 session_busy``;
 - runs whose histories differ (from the first answer or tool result on) have different heads and run
-  at the same time, each writing its branch state at its own head (see ``proxy/runtime/dynamic.py``).
+  at the same time, each writing its branch state at its own head (see ``proxy/runtime/session_assembler.py``).
 
 Locking on the stored message a request extends instead would be decided by a store read made before
 the lock (racy), and would also serialize every run's second turn: their requests differ, but all

@@ -20,7 +20,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.config import ModelRoute, Settings
 from proxy.context.calibration import Calibration, Correction
 from proxy.context.estimators import (
     CachingEstimator,
@@ -30,7 +29,8 @@ from proxy.context.estimators import (
 )
 from proxy.context.turn_estimator import TurnEstimator, counts_of
 from proxy.context.types import TokenEstimator
-from proxy.offline import prepare_offline_environment
+from proxy.kernel.config import ModelRoute, Settings
+from proxy.process.offline import prepare_offline_environment
 from proxy.session.store import CalibrationUpdate, SessionStore, StoreError
 
 logger = logging.getLogger(__name__)

@@ -9,8 +9,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from proxy.config import ConfigError, ModelRoute, Settings
-from proxy.errors import InvalidRequest
+from proxy.kernel.config import ConfigError, ModelRoute, Settings
+from proxy.kernel.errors import InvalidRequest
 
 # litellm's map does not know custom or self-hosted model names; assume a common modern window and
 # say so in the trace (``source``) rather than refusing to serve the model.

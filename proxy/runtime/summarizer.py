@@ -12,10 +12,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.config import ModelRoute
-from proxy.errors import ProxyError
-from proxy.runtime.call_tag import summarizer_call
-from proxy.runtime.provider import ProviderBackend
+from proxy.kernel.config import ModelRoute
+from proxy.kernel.errors import ProxyError
+from proxy.provider.call_tag import summarizer_call
+from proxy.provider.litellm_backend import ProviderBackend
 from proxy.runtime.trace import redact_llm_input
 
 

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from proxy.runtime.redaction import redact_llm_input
+from proxy.provider.redaction import redact_llm_input
 
 __all__ = ["SCHEMA_VERSION", "TraceWriter", "redact_llm_input", "trace_file_name"]
 

@@ -18,12 +18,12 @@ from typing import Any
 
 from proxy.context.collector import Collection, ContributorRun
 from proxy.context.pipeline import AssemblyRecord, CompactionRecord, ContextBudgets, FailedAssembly, PipelineFailed
-from proxy.errors import ProxyError
-from proxy.identity import SessionIdentity
+from proxy.ingress.identify import SessionIdentity
+from proxy.kernel.errors import ProxyError
+from proxy.provider.redaction import redact_llm_input
 from proxy.runtime.assembly import Candidate, CandidateRecord, TurnRequest
 from proxy.runtime.calibration import TokenAccounting
 from proxy.runtime.limits import ModelLimits
-from proxy.runtime.redaction import redact_llm_input
 from proxy.session.store import Reconciliation
 
 __all__ = ["CallRecord", "RemoteCompactionRecord", "remote_compaction_json", "trace_json"]

@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 
-from proxy.canonical import HistoryEntry
+from proxy.kernel.canonical import HistoryEntry
 from proxy.session import postgres_calibration as calibrations
 from proxy.session import reconcile as rc
 from proxy.session.postgres_lock import AdvisoryTurnLocks

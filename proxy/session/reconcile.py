@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.canonical import GENESIS, HistoryEntry, chain_hashes, content_text, exact_digest
+from proxy.kernel.canonical import GENESIS, HistoryEntry, chain_hashes, content_text, exact_digest
 from proxy.session.store import BranchCount, BranchState, BranchView, tool_output_ref
 
 
@@ -65,7 +65,7 @@ def request_hashes(
     digests: Sequence[bytes] | None = None,
 ) -> list[str]:
     """Chain hashes of every prefix of a request; an empty request or context id is a caller error.
-    ``digests`` are the messages' :func:`~proxy.canonical.exact_digest`, when the caller has them."""
+    ``digests`` are the messages' :func:`~proxy.kernel.canonical.exact_digest`, when the caller has them."""
     if not context_id:
         raise ValueError("context_id must not be empty")
     if not messages:
@@ -89,7 +89,7 @@ class ChainMemo:
     """Per recent session, the digests and chain hashes of its last request, so a turn hashes only what is new.
 
     Clients resend their whole history every turn; canonicalizing and hashing it all again was the
-    largest cost of a long session's turn. A leading message whose :func:`~proxy.canonical.exact_digest`
+    largest cost of a long session's turn. A leading message whose :func:`~proxy.kernel.canonical.exact_digest`
     equals the one at the same position last time is the same message, so it has the same chain hash,
     and only the rest is hashed. A message that differs only cosmetically is simply hashed again;
     nothing here decides identity. Only digests (17 bytes) and chain hashes are kept, never the messages: the memo's

@@ -21,13 +21,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from proxy.canonical import HistoryEntry
+from proxy.kernel.canonical import HistoryEntry
 from proxy.session import reconcile as rc
 from proxy.session import sqlite_calibration as calibrations
 from proxy.session.locks import SessionLocks
-from proxy.session.sqlite_checkpoints import Checkpointer, writer_pragmas
 from proxy.session.sqlite_files import ProcessLock, private_database, private_folder
 from proxy.session.sqlite_schema import migrate
+from proxy.session.sqlite_wal import Checkpointer, writer_pragmas
 from proxy.session.store import (
     SECRET_BYTES,
     BranchView,

@@ -2,7 +2,7 @@
 
 A session is one conversation, named by its context id; runs that open alike share one and are its
 branches. Its transcript is content-addressed: every
-stored message is keyed by the chain hash of the prefix it ends (see ``proxy/canonical.py``), so the same
+stored message is keyed by the chain hash of the prefix it ends (see ``proxy/kernel/canonical.py``), so the same
 history sent again is recognised without guessing, an edited or regenerated history forks a new
 branch at the first divergent message, and nothing a client ever sent is overwritten.
 """
@@ -14,7 +14,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from proxy.canonical import HistoryEntry
+from proxy.kernel.canonical import HistoryEntry
 
 SECRET_BYTES = 32  # of every secret a store makes (``SessionStore.secret``)
 

@@ -23,8 +23,8 @@ from bench.report import render_markdown
 from bench.scripted_server import LeanProvider, ok_script
 from bench.servers import MASTER_KEY, MODEL
 from proxy.app import create_app
-from proxy.config import ModelRoute, Settings
-from proxy.demo.scripted_provider import ScriptedProvider, serve_in_thread
+from proxy.kernel.config import ModelRoute, Settings
+from proxy.provider.scripted import ScriptedProvider, serve_in_thread
 
 JSON = {"content-type": "application/json"}
 MACHINE = {"cpu": "x", "cores": 2, "platform": "p", "python": "3", "litellm": "1", "commit": "c"}

@@ -10,7 +10,7 @@ from proxy.context.estimators import ConservativeTokenEstimator
 from proxy.context.hidden import hidden_message
 from proxy.context.renderer import SEPARATOR, render_section
 from proxy.context.types import Attachment, ContextMessage, Section
-from proxy.errors import AssemblyFailed
+from proxy.kernel.errors import AssemblyFailed
 
 NONCE = "0123456789abcdef"  # a framing nonce (a session's is 16 hex digits)
 

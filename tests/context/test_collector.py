@@ -19,7 +19,7 @@ from proxy.context.types import (
     Scope,
     Section,
 )
-from proxy.errors import AssemblyFailed
+from proxy.kernel.errors import AssemblyFailed
 
 REQUEST = ContributionRequest(scope="main", context_id="ctx-1", history=[{"role": "user", "content": "hi"}])
 

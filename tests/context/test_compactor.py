@@ -9,7 +9,6 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.canonical import HistoryEntry, content_text
 from proxy.context.checkpoint import Checkpoint, is_checkpoint_message, quote_body
 from proxy.context.compactor import (
     OFFLOAD_MESSAGES,
@@ -23,6 +22,7 @@ from proxy.context.previews import is_preview
 from proxy.context.tool_output_reader import read_tool_output
 from proxy.context.units import split_units
 from proxy.context.working_history import SPLIT_NOTE
+from proxy.kernel.canonical import HistoryEntry, content_text
 
 NONCE = "0123456789abcdef"  # a framing nonce (a session's is 16 hex digits)
 

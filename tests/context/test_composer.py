@@ -39,7 +39,7 @@ def test_history_prefix_is_stable_when_contributor_data_changes() -> None:
 
 
 def test_history_is_passed_on_as_it_is_and_empty_prompt_adds_no_system_message() -> None:
-    # Not copied: the provider adapter copies what it hands litellm (tests/runtime/test_provider_fast.py).
+    # Not copied: the provider adapter copies what it hands litellm (tests/provider/test_fast_path.py).
     composed = COMPOSER.compose("", HISTORY, nonce=NONCE)
     assert list(composed.messages) == HISTORY and composed.hidden_indices == ()
     assert all(map(operator.is_, composed.messages, HISTORY))

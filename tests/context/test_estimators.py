@@ -12,7 +12,6 @@ import tiktoken
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from proxy.canonical import HistoryEntry, chain_hashes, stable_json
 from proxy.context import estimators
 from proxy.context.cjk_costs import cost_table
 from proxy.context.estimators import (
@@ -23,6 +22,7 @@ from proxy.context.estimators import (
     TiktokenEstimator,
 )
 from proxy.context.turn_estimator import TurnEstimator, count_named, counts_of
+from proxy.kernel.canonical import HistoryEntry, chain_hashes, stable_json
 
 ENCODINGS = [tiktoken.get_encoding(name) for name in ("cl100k_base", "o200k_base")]
 ESTIMATOR = ConservativeTokenEstimator()

@@ -10,9 +10,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.canonical import HistoryEntry, chain_hashes
 from proxy.context.state import RunStateMemo, StateConfig
 from proxy.context.types import DeclaredCall
+from proxy.kernel.canonical import HistoryEntry, chain_hashes
 from tests.builtin_state import builtin_config, derive_state
 from tests.context.test_state import USER, call, plan, result, step
 

@@ -5,8 +5,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.canonical import chain_hashes
 from proxy.context.units import SplitMemo, Unit, anchor_stop, anchor_unit, call_ids, latest_step_start, split_units
+from proxy.kernel.canonical import chain_hashes
 
 CALL = {
     "role": "assistant",

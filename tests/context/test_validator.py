@@ -11,7 +11,7 @@ from proxy.context.estimators import ConservativeTokenEstimator
 from proxy.context.types import Attachment, ContextMessage
 from proxy.context.validator import ContextValidator
 from proxy.context.window import AtomicHistoryWindowPolicy
-from proxy.errors import AssemblyFailed
+from proxy.kernel.errors import AssemblyFailed
 
 NONCE = "0123456789abcdef"  # a framing nonce (a session's is 16 hex digits)
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from proxy.context.estimators import CachingEstimator, ConservativeTokenEstimator
 from proxy.context.window import AtomicHistoryWindowPolicy
-from proxy.errors import AssemblyFailed
+from proxy.kernel.errors import AssemblyFailed
 
 EST = CachingEstimator(ConservativeTokenEstimator())
 WINDOW = AtomicHistoryWindowPolicy()

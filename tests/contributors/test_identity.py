@@ -8,7 +8,7 @@ from contributors.identity import factory
 from proxy.context.budget import apply_context_budget
 from proxy.context.estimators import ConservativeTokenEstimator
 from proxy.context.registry import FactorySource, OptionsInvalid, configure
-from proxy.errors import AssemblyFailed
+from proxy.kernel.errors import AssemblyFailed
 
 NONCE = "0123456789abcdef"  # a framing nonce (a session's is 16 hex digits)
 

@@ -1,4 +1,4 @@
-"""The Anthropic request -> canonical chat body translation (proxy/ingress/messages_request.py)."""
+"""The Anthropic request -> canonical chat body translation (proxy/ingress/messages/request.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from proxy.config import ModelRoute
-from proxy.errors import InvalidRequest
-from proxy.identity import identify
-from proxy.ingress.messages_request import to_chat
-from proxy.ingress.messages_wire import parse_messages_request
-from proxy.wire import parse_chat_request
+from proxy.ingress.chat.wire import parse_chat_request
+from proxy.ingress.identify import identify
+from proxy.ingress.messages.request import to_chat
+from proxy.ingress.messages.wire import parse_messages_request
+from proxy.kernel.config import ModelRoute
+from proxy.kernel.errors import InvalidRequest
 
 OPENAI = ModelRoute("m", {"model": "openai/gpt-4o"}, max_output_tokens=16_384)
 ANTHROPIC = ModelRoute("m", {"model": "anthropic/claude-sonnet-4-5"})

@@ -1,4 +1,4 @@
-"""Chat chunks -> Anthropic stream events (proxy/ingress/messages_stream.py): thinking, usage, errors."""
+"""Chat chunks -> Anthropic stream events (proxy/ingress/messages/stream.py): thinking, usage, errors."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from proxy.errors import ProviderError
-from proxy.ingress.messages_errors import error_body
-from proxy.ingress.messages_stream import message_events
+from proxy.ingress.messages.errors import error_body
+from proxy.ingress.messages.stream import message_events
+from proxy.kernel.errors import ProviderError
 
 
 def chunk(delta: dict[str, Any], finish: str | None = None, usage: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -18,8 +18,8 @@ import pytest
 
 import proxy
 from proxy.app import create_app
-from proxy.config import ModelRoute, Settings
-from proxy.demo.scripted_provider import Reply, ScriptedProvider, serve_in_thread
+from proxy.kernel.config import ModelRoute, Settings
+from proxy.provider.scripted import Reply, ScriptedProvider, serve_in_thread
 
 MODEL = "test-model"
 

@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy import request_reader, resent_requests
-from proxy.demo.scripted_provider import Reply
-from proxy.request_reader import OFFLOAD_BYTES
+from proxy.edge import request_reader, resent_requests
+from proxy.edge.request_reader import OFFLOAD_BYTES
+from proxy.provider.scripted import Reply
 
 FILLER = "The readings agree within 0.2 %. " * 40  # about 1.3 kB a message
 

@@ -17,11 +17,11 @@ from typing import Any
 import openai
 import pytest
 
-from proxy.canonical import chain_hashes
-from proxy.config import ModelRoute
 from proxy.demo.science import is_summary_request
-from proxy.demo.scripted_provider import Reply, ToolCall
-from proxy.identity import identify
+from proxy.ingress.identify import identify
+from proxy.kernel.canonical import chain_hashes
+from proxy.kernel.config import ModelRoute
+from proxy.provider.scripted import Reply, ToolCall
 from proxy.session import open_store
 from tests.integration.conftest import STORE_BACKENDS, route_to, store_url_for
 from tests.session.store_rows import session_info

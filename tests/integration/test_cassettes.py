@@ -37,11 +37,11 @@ import pytest
 import vcr
 from vcr.request import Request as VcrRequest
 
-from proxy.config import ModelRoute, Settings
 from proxy.context.checkpoint import CHECKPOINT_OPEN
 from proxy.demo.science import TOOLS as SCIENCE_TOOLS
 from proxy.demo.science import checkpoint_for, is_summary_request, tool_output
-from proxy.demo.scripted_provider import Reply, ToolCall
+from proxy.kernel.config import ModelRoute, Settings
+from proxy.provider.scripted import Reply, ToolCall
 from tests.integration.conftest import route_to
 
 CASSETTES = Path(__file__).parents[2] / "cassettes"
@@ -239,7 +239,7 @@ def _assert_llm_input_was_sent(trace: dict[str, Any], body: dict[str, Any]) -> N
     assert llm_input.pop("model") == "openai/scripted" and body["model"] == "scripted"
     assert llm_input.pop("api_base").endswith("/v1")
     assert "api_key" not in llm_input
-    # What the backend adds to every call (proxy/runtime/provider.py) is traced too; litellm consumes it.
+    # What the backend adds to every call (proxy/provider/litellm_backend.py) is traced too; litellm consumes it.
     assert (llm_input.pop("max_retries"), llm_input.pop("num_retries")) == (0, 0)
     assert isinstance(llm_input.pop("timeout"), int | float)
     # litellm's one rewrite on the way out: it omits ``content: null`` on assistant tool-call messages.

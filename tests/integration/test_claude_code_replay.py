@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.config import ModelRoute
-from proxy.demo.scripted_provider import Reply, ToolCall
+from proxy.kernel.config import ModelRoute
+from proxy.provider.scripted import Reply, ToolCall
 from tests.integration.conftest import route_to
 
 CAPTURES = Path(__file__).parents[1] / "data" / "agents" / "claude-code-2.1.197"

@@ -15,8 +15,8 @@ import jsonschema
 import pytest
 
 from proxy.app import create_app
-from proxy.config import Settings
-from proxy.demo.scripted_provider import Reply, serve_in_thread
+from proxy.kernel.config import Settings
+from proxy.provider.scripted import Reply, serve_in_thread
 from proxy.runtime.assembly import Candidate, TurnRequest
 
 from .conftest import route_to

@@ -15,7 +15,7 @@ import httpx
 
 from proxy.context.checkpoint import CHECKPOINT_OPEN
 from proxy.demo.science import checkpoint_for, is_summary_request
-from proxy.demo.scripted_provider import Reply, ToolCall
+from proxy.provider.scripted import Reply, ToolCall
 from tests.integration.conftest import route_to
 
 CODEX = Path(__file__).parents[1] / "data" / "agents" / "codex-0.171.0"

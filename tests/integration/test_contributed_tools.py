@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from proxy.config import ModelRoute
-from proxy.demo.scripted_provider import Reply, ToolCall
+from proxy.kernel.config import ModelRoute
+from proxy.provider.scripted import Reply, ToolCall
 from proxy.session import open_store
 from tests.integration.conftest import route_to
 

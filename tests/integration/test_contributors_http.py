@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from proxy.config import ModelRoute
 from proxy.demo.science import checkpoint_for, is_summary_request
-from proxy.demo.scripted_provider import Reply, ToolCall
+from proxy.kernel.config import ModelRoute
+from proxy.provider.scripted import Reply, ToolCall
 from tests.integration.conftest import route_to
 
 PLUGIN = Path(__file__).parents[1] / "plugins" / "sample_contributor_pkg"

@@ -15,7 +15,7 @@ import pytest
 import tiktoken
 
 from proxy.demo.science import PLANTED_FACT, TOOLS, ScienceModel, client_tool_result, is_summary_request
-from proxy.wire import check_tool_pairing
+from proxy.ingress.chat.wire import check_tool_pairing
 from tests.integration.conftest import route_to
 
 WINDOW = 16_000
@@ -118,7 +118,7 @@ def test_compacted_run_streams_and_keeps_traces_per_call(start_proxy, provider, 
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_mixed_proxy_and_client_calls_never_reach_the_client(start_proxy, provider, stream):
-    from proxy.demo.scripted_provider import Reply, ToolCall
+    from proxy.provider.scripted import Reply, ToolCall
 
     deferred = {
         "type": "function",
@@ -191,7 +191,7 @@ def test_shadow_sends_the_clients_request_and_traces_the_candidate(start_proxy, 
 
 
 def test_summarizer_overflow_falls_back_to_trimming_without_recursion(start_proxy, provider):
-    from proxy.demo.scripted_provider import Reply
+    from proxy.provider.scripted import Reply
 
     model = ScienceModel(40)
     overflow = {

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from proxy.app import create_app
-from proxy.config import ModelRoute, Settings
 from proxy.context.checkpoint import CHECKPOINT_OPEN, is_checkpoint_message, validate_checkpoint
 from proxy.context.hidden import HIDDEN_MESSAGE, is_hidden_message
 from proxy.context.nonce import session_nonce
 from proxy.demo.science import checkpoint_for, is_summary_request
-from proxy.demo.scripted_provider import Reply, ToolCall, serve_in_thread
+from proxy.kernel.config import ModelRoute, Settings
+from proxy.provider.scripted import Reply, ToolCall, serve_in_thread
 from tests.integration.conftest import ProxyHandle, route_to
 
 SECRET = b"framing tests: a pinned secret"

@@ -8,9 +8,9 @@ from pathlib import Path
 import httpx
 
 from proxy.app import create_app
-from proxy.config import Settings
-from proxy.demo.scripted_provider import serve_in_thread
-from proxy.heap_trim import LARGE_BODY_BYTES, HeapTrimmer
+from proxy.kernel.config import Settings
+from proxy.process.heap_trim import LARGE_BODY_BYTES, HeapTrimmer
+from proxy.provider.scripted import serve_in_thread
 
 
 def test_a_large_request_body_is_followed_by_a_trim_and_small_ones_are_not(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import anthropic
 import httpx
 import pytest
 
-from proxy.demo.scripted_provider import Reply, ToolCall
+from proxy.provider.scripted import Reply, ToolCall
 from tests.integration.conftest import MODEL
 
 WEATHER = {

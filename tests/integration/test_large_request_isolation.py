@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from proxy.demo.scripted_provider import Reply
+from proxy.provider.scripted import Reply
 from proxy.session import SQLITE_FILE_NAME
 
 from .conftest import route_to

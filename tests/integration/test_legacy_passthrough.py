@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from proxy.demo.scripted_provider import Reply, ToolCall
+from proxy.provider.scripted import Reply, ToolCall
 
 TOOLS: list[dict[str, Any]] = [
     {

@@ -10,7 +10,7 @@ import anthropic
 import httpx
 import pytest
 
-from proxy.demo.scripted_provider import Reply, ToolCall
+from proxy.provider.scripted import Reply, ToolCall
 from tests.integration.conftest import MODEL, ProxyHandle
 
 TOOLS: list[Any] = [
@@ -192,7 +192,7 @@ def test_count_tokens_estimates_the_translated_request(start_proxy, provider, pa
 def test_count_tokens_uses_the_routes_calibrated_estimator(start_proxy, provider):
     import tiktoken
 
-    from proxy.demo.scripted_provider import Reply
+    from proxy.provider.scripted import Reply
 
     provider.script(lambda body: Reply(content="ok"))
     provider.provider.token_scale = 1.3

@@ -9,7 +9,7 @@ import anthropic
 import httpx
 import pytest
 
-from proxy.demo.scripted_provider import Reply
+from proxy.provider.scripted import Reply
 from tests.integration.conftest import MODEL, ProxyHandle
 
 USER = [{"role": "user", "content": "hi"}]

@@ -11,7 +11,7 @@ import pytest
 import tiktoken
 
 from proxy.demo.science import PLANTED_FACT, TOOLS, ScienceModel, is_summary_request, tool_output
-from proxy.wire import check_tool_pairing
+from proxy.ingress.chat.wire import check_tool_pairing
 from tests.integration.conftest import route_to
 
 WINDOW = 16_000

@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.config import ModelRoute
 from proxy.demo.science import PLANTED_FACT, TOOLS, ScienceModel, client_tool_result, is_summary_request
-from proxy.demo.scripted_provider import Reply
+from proxy.kernel.config import ModelRoute
+from proxy.provider.scripted import Reply
 
 WINDOW = 16_000
 STEPS = 36

@@ -23,10 +23,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from proxy.app import create_app
-from proxy.config import Settings
 from proxy.demo.science import ScienceModel, is_summary_request
-from proxy.demo.scripted_provider import serve_in_thread
+from proxy.kernel.config import Settings
 from proxy.observe.otel import provider_and_model
+from proxy.provider.scripted import serve_in_thread
 from tests.integration.test_metrics import STEPS, WINDOW, refusing_once, run_agent, science_route
 
 SESSION = "spans-run"

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from proxy.demo.science import is_summary_request
-from proxy.demo.scripted_provider import Reply
+from proxy.provider.scripted import Reply
 
 SCHEMAS = json.loads((Path(__file__).parents[1] / "data" / "openai-chat-schemas.json").read_text())
 ERROR_SCHEMA = jsonschema.Draft202012Validator(SCHEMAS["schemas"]["ErrorResponse"])
@@ -96,7 +96,7 @@ def test_provider_server_errors_are_mapped_not_leaked(legacy_proxy, provider, st
 
 
 def test_unreachable_provider_is_a_gateway_error(start_proxy, provider):
-    from proxy.config import ModelRoute
+    from proxy.kernel.config import ModelRoute
 
     dead = ModelRoute("test-model", {"model": "openai/x", "api_base": "http://127.0.0.1:9/v1", "api_key": "k"})
     proxy = start_proxy(mode="legacy", models=(dead,))

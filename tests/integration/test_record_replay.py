@@ -16,10 +16,10 @@ import vcr.serialize
 from vcr.serializers import yamlserializer
 
 from proxy.cli import main
-from proxy.config import ModelRoute, Settings
 from proxy.demo.science import TOOLS, ScienceModel, client_tool_result, is_summary_request
-from proxy.demo.scripted_provider import Reply, ToolCall
-from proxy.replay.cassette import CALL_HEADER, read_recordings
+from proxy.kernel.config import ModelRoute, Settings
+from proxy.provider.cassette import CALL_HEADER, read_recordings
+from proxy.provider.scripted import Reply, ToolCall
 from proxy.replay.page import render
 from proxy.replay.replay import replay
 from proxy.replay.verdict import judge

@@ -29,7 +29,7 @@ import pytest
 
 from proxy.context.checkpoint import Checkpoint, render_sections
 from proxy.context.nonce import SECRET_NAME, session_nonce
-from proxy.demo.scripted_provider import Reply, ScriptedProvider, serve_in_thread
+from proxy.provider.scripted import Reply, ScriptedProvider, serve_in_thread
 from proxy.session import open_store
 from proxy.session.store import SessionStore
 from tests.session.store_rows import session_info, stored_checkpoint

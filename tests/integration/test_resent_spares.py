@@ -10,8 +10,8 @@ import time
 import httpx
 import pytest
 
-from proxy import resent_requests
-from proxy.demo.scripted_provider import Reply
+from proxy.edge import resent_requests
+from proxy.provider.scripted import Reply
 
 
 def _on_event_loop() -> bool:

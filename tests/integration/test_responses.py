@@ -17,8 +17,8 @@ import tiktoken
 
 from proxy.demo.science import TOOLS as SCIENCE_TOOLS
 from proxy.demo.science import ScienceModel, client_tool_result, is_summary_request
-from proxy.demo.scripted_provider import Reply, ToolCall
-from proxy.wire import check_tool_pairing
+from proxy.ingress.chat.wire import check_tool_pairing
+from proxy.provider.scripted import Reply, ToolCall
 from tests.integration.conftest import MODEL, route_to
 
 WEATHER = {
@@ -200,9 +200,9 @@ def test_provider_failure_before_the_stream_is_an_http_error_in_openai_shape(sta
 
 
 def test_failure_mid_stream_becomes_response_failed():
-    from proxy.errors import ProviderError
-    from proxy.ingress.responses import ResponsesRequest, ToolMap
-    from proxy.ingress.responses_stream import ResponseStream
+    from proxy.ingress.responses.request import ResponsesRequest, ToolMap
+    from proxy.ingress.responses.stream import ResponseStream
+    from proxy.kernel.errors import ProviderError
 
     async def chunks():
         yield {"choices": [{"index": 0, "delta": {"content": "partial"}}]}

@@ -12,7 +12,7 @@ from typing import Any
 import openai
 import pytest
 
-from proxy.demo.scripted_provider import Reply
+from proxy.provider.scripted import Reply
 from tests.integration.conftest import MODEL, STORE_BACKENDS, store_url_for
 
 

@@ -19,7 +19,7 @@ import httpx
 import pytest
 import yaml
 
-from proxy.demo.scripted_provider import free_port
+from proxy.provider.scripted import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -109,7 +109,7 @@ def test_a_killed_process_leaves_the_data_folder_free(tmp_path: Path) -> None:
             assert httpx.get(f"http://127.0.0.1:{restarted.port}/health/readiness").status_code == 200
 
 
-@pytest.mark.parametrize("host", ["0.0.0.0", "proxy.internal"])  # every kind of address: tests/unit/test_exposure.py
+@pytest.mark.parametrize("host", ["0.0.0.0", "proxy.internal"])  # every kind of address: tests/process/test_exposure.py
 def test_serving_beyond_loopback_without_a_master_key_is_refused(tmp_path: Path, host: str) -> None:
     result = refused(tmp_path, tmp_path / "data", host)
 

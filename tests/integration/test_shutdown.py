@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 
 from proxy.app import create_app
-from proxy.config import Settings
-from proxy.demo.scripted_provider import Reply, free_port
-from proxy.drain import DrainingServer, server_for
+from proxy.kernel.config import Settings
+from proxy.process.drain import DrainingServer, server_for
+from proxy.provider.scripted import Reply, free_port
 
 from .conftest import route_to
 

@@ -15,8 +15,8 @@ import openai
 import pytest
 
 from proxy.app import create_app
-from proxy.config import Settings
-from proxy.demo.scripted_provider import serve_in_thread
+from proxy.kernel.config import Settings
+from proxy.provider.scripted import serve_in_thread
 from tests.integration.conftest import MODEL, route_to
 
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}

@@ -15,7 +15,7 @@ SCRIPT = """
 import asyncio, gc, json, sys, time
 from pathlib import Path
 from proxy.app import create_app
-from proxy.config import ModelRoute, Settings
+from proxy.kernel.config import ModelRoute, Settings
 
 async def main():
     route = ModelRoute(model_name="m", litellm_params={"model": "openai/gpt-4o-mini", "api_key": "sk-test"})
@@ -50,7 +50,7 @@ def test_after_start_up_litellm_s_objects_are_frozen_and_unfrozen_when_the_app_s
 def test_a_sent_answer_collects_what_outlived_the_turns_once_enough_has() -> None:
     import gc
 
-    from proxy.startup_gc import AFTER_TURN_YOUNG, collect_after_turn
+    from proxy.process.startup_gc import AFTER_TURN_YOUNG, collect_after_turn
 
     gc.collect()
     kept = [{"n": n} for n in range(AFTER_TURN_YOUNG // 2)]  # survivors, but not enough yet

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from proxy.config import ModelRoute
 from proxy.demo.science import PLANTED_FACT, TOOLS, ScienceModel, is_summary_request, tool_output
-from proxy.demo.scripted_provider import Reply
+from proxy.kernel.config import ModelRoute
+from proxy.provider.scripted import Reply
 from proxy.session import open_store
 from tests.integration.conftest import route_to
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import Settings
-from proxy.observe.observer import Observers, endpoint, status
+from proxy.builder import build_runner
+from proxy.kernel.config import Settings
+from proxy.observe.call_facts import Observers, endpoint, status
 from proxy.runtime.answers import Completion
 from proxy.runtime.assembly import TurnRequest
-from proxy.runtime.services import build_runner
 from proxy.runtime.trace_record import CallRecord
 from proxy.session.sqlite import SqliteSessionStore
 from tests.runtime.fakes import FakeBackend, completion

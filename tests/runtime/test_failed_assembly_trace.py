@@ -10,14 +10,14 @@ import jsonschema
 import pytest
 
 import proxy
-from proxy.canonical import HistoryEntry
-from proxy.config import ModelRoute
 from proxy.context.estimators import ConservativeTokenEstimator
 from proxy.context.pipeline import AssemblyInput, ContextPipeline, PipelineConfig, PipelineFailed
 from proxy.context.registry import ContextContributorRegistry
 from proxy.context.types import ContributionRequest, ContributorOutput, Scope
-from proxy.errors import AssemblyFailed
-from proxy.identity import SessionIdentity
+from proxy.ingress.identify import SessionIdentity
+from proxy.kernel.canonical import HistoryEntry
+from proxy.kernel.config import ModelRoute
+from proxy.kernel.errors import AssemblyFailed
 from proxy.runtime.assembly import TurnRequest
 from proxy.runtime.limits import ModelLimits
 from proxy.runtime.trace import SCHEMA_VERSION

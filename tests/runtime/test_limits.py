@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.config import ConfigError, ModelRoute, Settings
+from proxy.builder import check_settings
+from proxy.kernel.config import ConfigError, ModelRoute, Settings
 from proxy.runtime.limits import (
     LEARNED_LIMIT_SECONDS,
     UNROUTED_CACHE_SIZE,
@@ -13,7 +14,6 @@ from proxy.runtime.limits import (
     check_route_limits,
     resolve_limits,
 )
-from proxy.runtime.services import check_settings
 
 ROUTE = ModelRoute("gpt", {"model": "openai/gpt"}, max_input_tokens=100_000, max_output_tokens=4_000)
 

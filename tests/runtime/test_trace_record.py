@@ -9,7 +9,6 @@ from typing import Any
 import jsonschema
 
 import proxy
-from proxy.config import ModelRoute
 from proxy.context.budget import BudgetResult
 from proxy.context.calibration import Correction
 from proxy.context.collector import Collection, ContributorRun
@@ -19,7 +18,8 @@ from proxy.context.pipeline import AssemblyRecord, CompactionRecord, RenderedCon
 from proxy.context.renderer import RenderedPrompt
 from proxy.context.types import Diagnostic, Section
 from proxy.context.window import WindowResult, WindowStatistics
-from proxy.identity import SessionIdentity
+from proxy.ingress.identify import SessionIdentity
+from proxy.kernel.config import ModelRoute
 from proxy.runtime.assembly import Candidate, CandidateRecord, SummaryBackoff, TurnRequest
 from proxy.runtime.calibration import TokenAccounting
 from proxy.runtime.limits import ModelLimits

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from proxy.config import ModelRoute, Settings
+from proxy.builder import build_runner
 from proxy.context import estimators
-from proxy.errors import ContextOverflow, SessionConflict
-from proxy.identity import SessionIdentity
+from proxy.ingress.identify import SessionIdentity
+from proxy.kernel.config import ModelRoute, Settings
+from proxy.kernel.errors import ContextOverflow, SessionConflict
 from proxy.runtime.answers import BufferedStream, Completion, LiveStream, TurnResult
-from proxy.runtime.services import build_runner
-from proxy.runtime.turn import TurnRunner
+from proxy.runtime.service import TurnRunner
 from proxy.session.sqlite import SqliteSessionStore
 from tests.runtime.fakes import FakeBackend, Handler, completion, tool_call
 

@@ -10,7 +10,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from proxy.config import Settings
+from proxy.kernel.config import Settings
 from proxy.session import open_store
 from proxy.session.postgres import PostgresSessionStore
 from proxy.session.sqlite import SqliteSessionStore

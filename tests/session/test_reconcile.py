@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import proxy.session.reconcile as rc
-from proxy.canonical import chain_hashes
+from proxy.kernel.canonical import chain_hashes
 
 MESSAGES = st.lists(
     st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]), "content": st.text(max_size=20)}),

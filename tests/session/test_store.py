@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from proxy.canonical import chain_hashes
+from proxy.kernel.canonical import chain_hashes
 from proxy.session.postgres import PostgresSessionStore
 from proxy.session.sqlite import SqliteSessionStore
 from proxy.session.store import (

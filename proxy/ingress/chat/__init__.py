@@ -1,0 +1,1 @@
+"""The Chat Completions ingress: the canonical wire format itself."""

@@ -1,0 +1,97 @@
+"""Which session (context id) and agent scope a request belongs to.
+
+Clients never have to change their code, so the id comes from whatever they already send: an explicit
+session header, a vendor's session header or body field, else a fingerprint of how the conversation
+starts (its first system and first user message), which stays the same while the history grows.
+Runs that start identically share a fingerprint; they are separate branches of that session, each
+with its own lock, state and trace chain (see ``proxy/runtime/branch.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from proxy.kernel.canonical import stable_json
+from proxy.kernel.errors import InvalidRequest
+
+Scope = Literal["main", "subagent", "reviewer"]
+SCOPES: tuple[Scope, ...] = ("main", "subagent", "reviewer")
+_SAFE_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
+_VENDOR_SESSION_HEADER = re.compile(r"x-[a-z0-9]+(?:-[a-z0-9]+)*-session-id")
+
+
+@dataclass(frozen=True)
+class SessionIdentity:
+    """The context id (also the trace folder name), where it came from, and the agent scope."""
+
+    context_id: str
+    source: str  # "header:<name>", "body:<field>" or "fingerprint"
+    scope: Scope
+
+
+def identify(headers: Mapping[str, str], body: Mapping[str, Any]) -> SessionIdentity:
+    """Resolve the session of a validated request; raises ``InvalidRequest`` for a bad scope."""
+    scope = _scope(headers)
+    given, source = _given_session_id(headers, body)
+    if given is not None:
+        return SessionIdentity(context_id=_folder_safe(given), source=source, scope=scope)
+    return SessionIdentity(context_id=_fingerprint(body.get("messages") or []), source="fingerprint", scope=scope)
+
+
+def _scope(headers: Mapping[str, str]) -> Scope:
+    raw = (headers.get("x-agent-scope") or "main").strip().lower()
+    for scope in SCOPES:
+        if raw == scope:
+            return scope
+    raise InvalidRequest(
+        f"x-agent-scope {raw!r} is not one of {', '.join(SCOPES)}.", param="x-agent-scope", code="invalid_scope"
+    )
+
+
+def _given_session_id(headers: Mapping[str, str], body: Mapping[str, Any]) -> tuple[str | None, str]:
+    lowered = {name.lower(): value for name, value in headers.items()}
+    for name in ("x-session-id", "x-litellm-session-id"):
+        if lowered.get(name, "").strip():
+            return lowered[name].strip(), f"header:{name}"
+    for name in sorted(lowered):
+        if _VENDOR_SESSION_HEADER.fullmatch(name) and lowered[name].strip():
+            return lowered[name].strip(), f"header:{name}"
+    # Codex CLI sends its session UUID as `session-id` and `thread-id` (and as `prompt_cache_key`).
+    for name in ("session-id", "thread-id"):
+        if lowered.get(name, "").strip():
+            return lowered[name].strip(), f"header:{name}"
+    metadata = body.get("metadata")
+    if isinstance(metadata, Mapping):
+        for key in ("session_id", "litellm_session_id"):
+            value = metadata.get(key)
+            if isinstance(value, str | int) and str(value).strip():
+                return str(value).strip(), f"body:metadata.{key}"
+    for key in ("litellm_session_id", "prompt_cache_key"):
+        value = body.get(key)
+        if isinstance(value, str | int) and str(value).strip():
+            return str(value).strip(), f"body:{key}"
+    return None, ""
+
+
+def _folder_safe(session_id: str) -> str:
+    """The id itself when it is safe as a folder name, else a stable hash of it."""
+    if _SAFE_ID.fullmatch(session_id) and session_id not in (".", ".."):
+        return session_id
+    return "sid-" + hashlib.sha256(session_id.encode()).hexdigest()[:32]
+
+
+def _fingerprint(messages: list[Any]) -> str:
+    first_system = next(
+        (m for m in messages if isinstance(m, Mapping) and m.get("role") in ("system", "developer")), None
+    )
+    first_user = next((m for m in messages if isinstance(m, Mapping) and m.get("role") == "user"), None)
+    material = stable_json([_content(first_system), _content(first_user)])
+    return "fp-" + hashlib.sha256(material.encode()).hexdigest()[:32]
+
+
+def _content(message: Mapping[str, Any] | None) -> Any:
+    return None if message is None else message.get("content")

@@ -1,0 +1,1 @@
+"""Process upkeep: serving and draining, memory (heap trims, collections), thread priority, the offline set-up."""

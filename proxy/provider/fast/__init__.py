@@ -1,0 +1,99 @@
+"""The provider fast path: litellm's transformation layer over one pooled ``httpx.AsyncClient``.
+
+``litellm.acompletion`` spends most of a small call's CPU on bookkeeping the proxy never reads (cost
+calculation, its logging object, a hop into its executor, building an SDK client per call). For a route
+whose adaptation is a pure request/response transformation this package calls litellm's own pieces
+directly: the same message/tool validation and parameter mapping ``completion()`` runs (``base``), the
+provider config's request transformation, the answer converted as litellm's handler converts it, and
+failures raised as that handler raises them and mapped by litellm's ``exception_type``, so
+``provider_errors`` sees the same exception classes. Everything litellm-internal the fast path relies on
+is named in ``surface.LITELLM_SURFACE`` (a unit test imports each one, so an upgrade that moves one fails
+loudly) and is used only here.
+
+The rule (each route's ``accepted``): a non-streamed call with an ``api_base`` and an ``api_key``, only
+the route's keys and parameters, plain text or tool messages and plain function tools, a model litellm
+does not bridge to the Responses API, no litellm ``proxy_auth``; and per provider:
+
+- ``openai/`` (``openai.py``): no class-level ``litellm.OpenAIConfig`` defaults.
+- ``azure/<deployment>`` (``azure.py``): an ``api_version`` that is a dated one (not ``v1``/``latest``/
+  ``preview``), a deployment litellm serves with its plain ``AzureOpenAIConfig`` (not o-series or
+  GPT-5), an ``api_base`` that is a resource endpoint (not a deployment URL or Cloudflare's gateway), no
+  Entra ID credentials in the environment, no class-level ``AzureOpenAIConfig`` defaults or
+  ``litellm.headers``.
+- ``anthropic/`` (``anthropic.py``): the parameters Anthropic maps without dropping any (sampling,
+  ``stop``, token limits, ``user``, tools), the ``/v1/messages`` suffix not disabled.
+
+Anything else (another provider, an image part, a route option such as ``extra_headers``) goes through
+``acompletion``. Streams are served by ``acompletion`` too: its stream wrappers' chunk normalization is
+not reproduced here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from proxy.provider.fast import surface
+from proxy.provider.fast.anthropic import AnthropicRoute
+from proxy.provider.fast.azure import AzureRoute
+from proxy.provider.fast.base import Route
+from proxy.provider.fast.messages import MessageScan
+from proxy.provider.fast.openai import OpenAIRoute
+from proxy.provider.fast.surface import LITELLM_SURFACE
+
+__all__ = ["LITELLM_SURFACE", "FastCall", "FastPath"]
+
+_MAX_CONNECTIONS = 200
+
+
+@dataclass(frozen=True)
+class FastCall:
+    """A call the fast path took: its route, its arguments, and what the route's check made of its
+    messages (the check and the message steps are one pass over a history of thousands)."""
+
+    route: Route
+    llm_input: dict[str, Any]
+    scan: MessageScan
+
+
+class FastPath:
+    """Serves the calls some route accepts, over one pool of provider connections."""
+
+    def __init__(self, litellm: Any) -> None:
+        parts = surface.load()
+        routes: list[Route] = [OpenAIRoute(litellm, parts), AzureRoute(litellm, parts), AnthropicRoute(litellm, parts)]
+        self._routes = {f"{route.provider}/": route for route in routes}
+        self._client: httpx.AsyncClient | None = None  # made on first use: a backend built only to read
+        # the model map (start-up checks) opens no pool
+
+    async def aclose(self) -> None:
+        """Close the pooled connections."""
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def accepts(self, llm_input: dict[str, Any]) -> bool:
+        """Whether the fast path sends exactly what acompletion would (the documented rule)."""
+        return self.accepted(llm_input) is not None
+
+    def accepted(self, llm_input: dict[str, Any]) -> FastCall | None:
+        """The call, for ``complete``, when the fast path sends exactly what acompletion would; else ``None``."""
+        route = self._route(llm_input)
+        scan = route.accepted(llm_input) if route is not None else None
+        return None if route is None or scan is None else FastCall(route, llm_input, scan)
+
+    async def complete(self, call: FastCall, timeout: float) -> Any:
+        """One provider call that ``accepted`` took; returns litellm's ``ModelResponse`` or raises a litellm
+        exception."""
+        if self._client is None:
+            limits = httpx.Limits(max_connections=_MAX_CONNECTIONS, max_keepalive_connections=_MAX_CONNECTIONS)
+            self._client = httpx.AsyncClient(limits=limits, follow_redirects=False)
+        # litellm resolves a route's timeout to a float (and says so in its errors)
+        return await call.route.complete(self._client, call.llm_input, float(timeout), call.scan)
+
+    def _route(self, llm_input: dict[str, Any]) -> Route | None:
+        model = llm_input.get("model")
+        prefix = model.split("/", 1)[0] + "/" if isinstance(model, str) else ""
+        return self._routes.get(prefix)

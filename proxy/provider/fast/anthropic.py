@@ -1,0 +1,175 @@
+"""The ``anthropic/`` route: litellm's ``AnthropicConfig`` builds the Messages API request and converts
+the answer, step for step as its handler does (main.py ``_complete_anthropic``, llms/anthropic/chat/
+handler.py ``AnthropicChatCompletion``); failures are raised as that handler and litellm's HTTP client
+raise them."""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from proxy.provider.fast.base import Prepared, Route, post_json
+from proxy.provider.fast.messages import MessageScan
+
+# What Anthropic's parameter mapping takes without dropping or refusing; the rest goes to acompletion.
+_ANTHROPIC_PARAMS = (
+    "temperature",
+    "top_p",
+    "stop",
+    "max_tokens",
+    "max_completion_tokens",
+    "user",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+)
+# How litellm's HTTP client names a time-out, and which of the request's limits it quotes.
+_TIMEOUT_PHASES: dict[type[httpx.TimeoutException], tuple[str, str]] = {
+    httpx.ConnectTimeout: ("Connection", "connect"),
+    httpx.ReadTimeout: ("Read", "read"),
+    httpx.WriteTimeout: ("Write", "write"),
+    httpx.PoolTimeout: ("Connection pool", "pool"),
+}
+
+
+class AnthropicRoute(Route):
+    """Anthropic's Messages API behind an ``api_base``, with an API key."""
+
+    provider = "anthropic"
+    params = _ANTHROPIC_PARAMS
+
+    def _accepts(self, llm_input: dict[str, Any]) -> bool:
+        p = self._parts
+        if os.environ.get("LITELLM_ANTHROPIC_DISABLE_URL_SUFFIX"):  # the URL would be api_base as it is
+            return False
+        model = llm_input["model"].removeprefix("anthropic/")
+        config = p["ProviderConfigManager"].get_provider_chat_config(
+            model=model, provider=p["LlmProviders"]("anthropic")
+        )
+        return type(config) is p["AnthropicConfig"]
+
+    async def complete(
+        self, client: httpx.AsyncClient, llm_input: dict[str, Any], timeout: float, scan: MessageScan
+    ) -> Any:
+        try:
+            call = await self._request(llm_input, scan)
+        except Exception as exc:  # completion() maps a request it cannot build too
+            raise self.mapped(llm_input["model"].split("/", 1)[1], exc) from exc
+        try:
+            response = await self._post(client, call.url, call.data, call.headers, timeout)
+            return call.prepared.config.transform_response(
+                model=call.prepared.model,
+                raw_response=response,
+                model_response=self.fresh_response(),
+                logging_obj=_NoLogging(),
+                api_key=call.prepared.api_key,
+                request_data=call.data,
+                messages=call.messages,
+                optional_params=call.optional,
+                litellm_params=call.litellm_params,
+                encoding=None,  # read by no step of a non-streamed answer
+                json_mode=call.json_mode,
+            )
+        except Exception as exc:  # mapped the way litellm maps its own call's failures
+            raise self.mapped(call.prepared.model, exc) from exc
+
+    async def _request(self, llm_input: dict[str, Any], scan: MessageScan) -> _Call:
+        """The request ``_complete_anthropic`` and the handler build (main.py, handler.py ``completion``)."""
+        p = self._parts
+        prepared = self.prepare(llm_input, scan)
+        model = prepared.model
+        url = p["ensure_api_route"](prepared.api_base, "v1/messages")
+        # the handler's own options leave the params; the rest is its copy of params and messages
+        optional = copy.deepcopy(prepared.optional)
+        optional.pop("stream", None)
+        json_mode = bool(optional.pop("json_mode", False))
+        vertex = {"is_vertex_request": optional.pop("is_vertex_request", False)}
+        optional.pop("vertex_count_tokens_location", None)
+        messages = copy.deepcopy(prepared.messages)
+        litellm_params: dict[str, Any] = {}  # transform_request records its tool-name map here for the answer
+        headers = p["AnthropicConfig"]().validate_environment(
+            api_key=prepared.api_key,
+            headers={},
+            model=model,
+            messages=messages,
+            optional_params={**optional, **vertex},
+            litellm_params=litellm_params,
+            api_base=url,
+        )
+        request = await prepared.config.async_transform_request(
+            model=model,
+            messages=messages,
+            optional_params={**optional, **vertex},
+            litellm_params=litellm_params,
+            headers=headers,
+        )
+        headers, request = p["update_request_with_filtered_beta"](
+            headers=headers, request_data=request, provider="anthropic", api_base=url
+        )
+        data = p["strip_beta_gated_request_body"](request, headers, drop_params=None, model=model, provider="anthropic")
+        return _Call(prepared, url, dict(data), headers, messages, optional, litellm_params, json_mode)
+
+    async def _post(
+        self, client: httpx.AsyncClient, url: str, data: dict[str, Any], headers: dict[str, str], timeout: float
+    ) -> httpx.Response:
+        """The POST as litellm's ``AsyncHTTPHandler.post`` makes it, failing as the handler then reports it."""
+        started = time.time()
+        try:
+            try:
+                response = await post_json(client, url, data, headers, timeout)
+                response.raise_for_status()
+            except httpx.HTTPStatusError as exc:  # the client masks the URL; the handler reads the body
+                text = exc.response.text
+                raise self._parts["MaskedHTTPStatusError"](exc, message=text, text=text) from None  # as litellm
+            except httpx.TimeoutException as exc:
+                label, phase = _TIMEOUT_PHASES.get(type(exc), ("Request", "read"))
+                seconds = (exc.request.extensions.get("timeout") or {}).get(phase)
+                taken = round(time.time() - started, 3)
+                raise self._litellm.Timeout(
+                    message=f"{label} timed out. Timeout passed={seconds}, time taken={taken} seconds",
+                    model="default-model-name",
+                    llm_provider="litellm-httpx-handler",
+                ) from exc
+        except Exception as exc:
+            raise self._handler_error(exc) from exc
+        return response
+
+    def _handler_error(self, exc: Exception) -> Exception:
+        """What ``AnthropicChatCompletion.acompletion_function`` raises for a failed POST."""
+        headers = getattr(exc, "headers", None)
+        text = getattr(exc, "text", str(exc))
+        response = getattr(exc, "response", None)
+        if headers is None and response:
+            headers = getattr(response, "headers", None)
+        if response and hasattr(response, "text"):
+            text = getattr(response, "text", text)
+        error: Exception = self._parts["AnthropicError"](
+            message=text, status_code=getattr(exc, "status_code", 500), headers=headers
+        )
+        return error
+
+
+@dataclass
+class _Call:
+    """A built request, and what converting its answer needs."""
+
+    prepared: Prepared
+    url: str
+    data: dict[str, Any]
+    headers: dict[str, str]
+    messages: list[Any]
+    optional: dict[str, Any]
+    litellm_params: dict[str, Any]
+    json_mode: bool
+
+
+class _NoLogging:
+    """Stands in for litellm's logging object: ``transform_response`` only reports the raw answer to it."""
+
+    def post_call(self, *args: Any, **kwargs: Any) -> None:
+        pass

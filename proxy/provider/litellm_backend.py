@@ -1,0 +1,210 @@
+"""The one door to the provider: ``litellm.acompletion``, with errors translated at this boundary.
+
+The rest of the proxy sees only ``ProviderBackend``: OpenAI-shaped dicts in and out, and ``ProxyError``
+subclasses (``ContextOverflow`` among them) on failure. Tests can hand the runtime another backend;
+the default one imports litellm lazily so that building the app stays cheap and offline-safe.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Protocol
+
+from proxy.kernel.errors import ProviderError, ProxyError
+from proxy.process.offline import prepare_offline_environment
+from proxy.provider.error_translation import translate_provider_error
+from proxy.provider.fast.messages import copied_messages
+from proxy.provider.serialize import StreamSerializer, response_to_openai
+
+if TYPE_CHECKING:
+    from proxy.provider.fast import FastPath
+
+
+class ProviderBackend(Protocol):
+    """Calls the model. ``llm_input`` is the runner's keyword arguments for ``litellm.acompletion``; a
+    backend may add its own (``provider_arguments`` says which, so the trace can show them)."""
+
+    def provider_arguments(self, llm_input: dict[str, Any]) -> dict[str, Any]:
+        """The keyword arguments a call with ``llm_input`` is made with: ``llm_input`` plus what this
+        backend adds. Must not change ``llm_input``."""
+
+    async def complete(self, llm_input: dict[str, Any]) -> dict[str, Any]:
+        """A whole chat completion as an OpenAI response dict."""
+
+    async def stream(self, llm_input: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """Chat completion chunks as OpenAI chunk dicts; the first one is fetched before returning."""
+
+
+class LiteLLMBackend:
+    """The default backend: litellm adapts every call. A plain non-streamed OpenAI-compatible, Azure OpenAI
+    or Anthropic completion goes through litellm's transformation layer over one pooled client
+    (``proxy.provider.fast``); the rest through
+    ``litellm.acompletion``. ``fast_path=False`` sends everything through ``acompletion`` (benchmarks,
+    the tests that compare both paths)."""
+
+    def __init__(self, timeout_seconds: float, *, fast_path: bool = True) -> None:
+        prepare_offline_environment()
+        import litellm  # deferred: importing litellm costs seconds and must follow the offline set-up
+
+        litellm.suppress_debug_info = True  # no "Give Feedback" banner on every provider error
+        logging.getLogger("LiteLLM").setLevel(logging.WARNING)  # not one INFO line per call
+        self._litellm = litellm
+        self._timeout = timeout_seconds
+        self._fast: FastPath | None = None
+        if fast_path:
+            from proxy.provider.fast import FastPath
+
+            self._fast = FastPath(litellm)
+
+    async def aclose(self) -> None:
+        """Close the provider connections litellm opened on this event loop, and the fast path's pool;
+        call on shutdown, on that loop."""
+        await close_loop_clients(self._litellm)
+        if self._fast is not None:
+            await self._fast.aclose()
+
+    def model_map_limits(self, model: str) -> tuple[int | None, int | None]:
+        """(max input tokens, max output tokens) from litellm's bundled model map; ``None`` where unknown."""
+        try:
+            info = self._litellm.get_model_info(model)
+        except Exception:  # litellm raises a bare Exception for models its map does not know
+            return None, None
+        return info.get("max_input_tokens"), info.get("max_output_tokens")
+
+    def provider_arguments(self, llm_input: dict[str, Any]) -> dict[str, Any]:
+        """``llm_input`` with the timeout and the retry switches this backend always sets."""
+        # Applied last, whatever the input says. Retries belong to the client (the SDKs retry on their
+        # own); a proxy that also retries multiplies every provider outage by both retry budgets. A
+        # route's own ``timeout`` (operator config) is kept; clients cannot send one (client_params).
+        return {
+            **llm_input,
+            "timeout": llm_input.get("timeout", self._timeout),
+            "max_retries": 0,
+            "num_retries": 0,
+        }
+
+    async def complete(self, llm_input: dict[str, Any]) -> dict[str, Any]:
+        """Call the provider once and return its answer as an OpenAI response dict."""
+        arguments = self.provider_arguments(llm_input)
+        try:
+            fast = self._fast.accepted(arguments) if self._fast is not None else None
+            if self._fast is not None and fast is not None:
+                response = await self._fast.complete(fast, arguments["timeout"])
+            else:
+                response = await self._litellm.acompletion(**_own_messages(arguments))
+        except ProxyError:
+            raise
+        except Exception as exc:  # the boundary: every provider failure is translated here
+            raise translate_provider_error(exc, secrets=_secrets(llm_input)) from exc
+        answer = response_to_openai(response)
+        if not answer["choices"]:
+            # litellm passes ``choices: []`` on as a response; an agent would crash on choices[0].
+            raise ProviderError("The provider answered without any choice (choices is empty).", status=502)
+        return answer
+
+    async def stream(self, llm_input: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """Open the stream and read it up to its first chunk with substance (a delta or usage), so that
+        a provider error, or a stream with no answer at all, is still an HTTP error."""
+        secrets = _secrets(llm_input)
+        serializer = StreamSerializer()
+        upstream = None
+        try:
+            arguments = self.provider_arguments({**llm_input, "stream": True})
+            upstream = await self._litellm.acompletion(**_own_messages(arguments))
+            iterator = upstream.__aiter__()
+            ahead: list[dict[str, Any]] = []
+            while not any(_has_substance(out) for out in ahead):
+                try:
+                    chunk = await iterator.__anext__()
+                except StopAsyncIteration:
+                    # litellm turns a stream of nothing into one empty "stop" chunk; neither is an answer.
+                    # A stream that only carries usage (include_usage) has substance and passes.
+                    raise ProviderError(
+                        "The provider's stream ended without any choice content or usage.", status=502
+                    ) from None
+                ahead += serializer.feed(chunk)
+        except ProxyError:
+            await _close(upstream)
+            raise
+        except Exception as exc:  # the boundary: every provider failure is translated here
+            await _close(upstream)
+            raise translate_provider_error(exc, secrets=secrets) from exc
+        return _relay(upstream, iterator, serializer, ahead, secrets)
+
+
+def _own_messages(arguments: dict[str, Any]) -> dict[str, Any]:
+    """``arguments`` with a shallow copy of each message (``copied_messages``: litellm writes into them)."""
+    messages = arguments.get("messages")
+    if not isinstance(messages, list):
+        return arguments
+    return {**arguments, "messages": copied_messages(messages)}
+
+
+def _has_substance(chunk: dict[str, Any]) -> bool:
+    return chunk.get("usage") is not None or any(choice["delta"] for choice in chunk["choices"])
+
+
+async def _close(upstream: Any) -> None:
+    aclose = getattr(upstream, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+async def close_loop_clients(litellm: Any) -> None:
+    """Close the HTTP clients the ``litellm`` module cached for the running event loop, and forget them.
+
+    litellm caches its HTTP clients per event loop (the loop is part of the cache key) and never
+    closes them: after the loop stops, their keep-alive sockets linger until the cache drops them and
+    garbage collection finds them, unclosed. Only this loop's clients are closed, so another app in
+    the same process (a second server, a test) keeps its own.
+    """
+    cache = litellm.in_memory_llm_clients_cache
+    this_loop = cache.update_cache_key_with_event_loop("")  # "-<loop token>": how litellm scopes a key
+    for key in [key for key in list(cache.cache_dict) if this_loop and key.endswith(this_loop)]:
+        client = cache.cache_dict.pop(key, None)
+        cache.ttl_dict.pop(key, None)
+        await _close_client(client)
+
+
+async def _close_client(client: object) -> None:
+    """Close an SDK or httpx client, whichever way it closes (``aclose()``, or an async ``close()``)."""
+    close = getattr(client, "aclose", None) or getattr(client, "close", None)
+    if close is None:
+        return
+    closing = close()
+    if inspect.isawaitable(closing):
+        await closing
+
+
+def _secrets(llm_input: dict[str, Any]) -> list[str]:
+    """Credentials a provider might echo back in an error message; they are masked before anyone sees it."""
+    return [str(llm_input[key]) for key in ("api_key",) if llm_input.get(key)]
+
+
+async def _relay(
+    upstream: Any, iterator: Any, serializer: StreamSerializer, ahead: list[dict[str, Any]], secrets: list[str]
+) -> AsyncIterator[dict[str, Any]]:
+    """Yield the chunks read ahead, then the rest; closing this generator (client gone) closes the
+    upstream call too.
+
+    ``StreamSerializer`` holds a tool call back until its name is whole, so every ``function.name``
+    goes out in exactly one delta (agent SDKs keep only one fragment of it).
+    """
+    try:
+        for out in ahead:
+            yield out
+        while True:
+            try:
+                chunk = await iterator.__anext__()
+            except StopAsyncIteration:
+                break
+            except Exception as exc:  # the boundary, mid-stream
+                raise translate_provider_error(exc, secrets=secrets) from exc
+            for out in serializer.feed(chunk):
+                yield out
+        for out in serializer.finish():
+            yield out
+    finally:
+        await _close(upstream)

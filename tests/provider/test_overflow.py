@@ -1,0 +1,130 @@
+"""The overflow normalizer on every real provider error we collected, positives and look-alikes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.provider.overflow import (
+    detect_overflow,
+    lookalike_reason,
+    parse_error_body,
+    provider_message,
+    stated_limit,
+)
+
+ENTRIES: list[dict[str, Any]] = json.loads((Path(__file__).parent / "data" / "overflow_errors.json").read_text("utf-8"))
+
+# The window each positive entry states, by index (None: the provider states none).
+# Entry 20 (llama.cpp, older wording) states no number in its text; the window comes from its
+# machine-readable ``n_ctx`` field instead, so its message-level stated limit is None.
+EXPECTED_LIMIT: dict[int, int | None] = {
+    0: 4097, 1: 4097, 2: 4097, 3: None, 4: 8192, 5: 200000, 6: 200000, 7: 200000, 8: 131072, 9: 1048576,
+    10: 65536, 11: None, 12: 4097, 13: 131072, 14: 131072, 15: 262000, 16: 16384, 17: 131072, 18: None,
+    19: 8192, 20: 8192, 21: 30000, 22: 2048, 23: 65537, 24: 2048, 25: 128000,
+}  # fmt: skip
+FROM_BODY_FIELD = {20}
+# Overflows counted against input + requested output: lowering max_tokens alone may fix them.
+COUNTS_OUTPUT = {1, 2, 6, 12, 13, 14, 15, 16, 17, 23, 24}
+EXPECTED_LOOKALIKE = {26: "rate_limit", 27: "rate_limit", 28: "output_cap", 29: "content_filter", 30: "request_size",
+                      31: "request_size"}  # fmt: skip
+
+
+def _id(index: int) -> str:
+    entry = ENTRIES[index]
+    provider = entry["provider"].split(" (")[0].replace(" ", "_")
+    return f"{index:02d}-{provider}-{'overflow' if entry['is_overflow'] else 'not'}"
+
+
+def test_dataset_is_the_one_we_cover() -> None:
+    assert len(ENTRIES) == 32
+    assert {i for i, e in enumerate(ENTRIES) if e["is_overflow"]} == set(EXPECTED_LIMIT)
+    assert {i for i, e in enumerate(ENTRIES) if not e["is_overflow"]} == set(EXPECTED_LOOKALIKE)
+
+
+@pytest.mark.parametrize("index", range(len(ENTRIES)), ids=_id)
+def test_every_entry_is_classified(index: int) -> None:
+    entry = ENTRIES[index]
+    match = detect_overflow(entry["status"], entry["body"], "")
+    assert (match is not None) is entry["is_overflow"], entry["notes"]
+    if match is None:
+        assert lookalike_reason(entry["status"], entry["body"]) == EXPECTED_LOOKALIKE[index]
+        return
+    assert match.limit == EXPECTED_LIMIT[index]
+    assert match.counts_output is (index in COUNTS_OUTPUT)
+    assert match.message and "{" not in match.message  # the provider's words, not a JSON dump
+    message = provider_message(entry["body"])
+    assert message is not None
+    assert stated_limit(message) == (None if index in FROM_BODY_FIELD else EXPECTED_LIMIT[index])
+
+
+@pytest.mark.parametrize("index", range(len(ENTRIES)), ids=_id)
+def test_every_entry_as_raw_text_with_unknown_status(index: int) -> None:
+    """What arrives when a client library hands over only the raw body text and no status."""
+    entry = ENTRIES[index]
+    raw = entry["body"] if isinstance(entry["body"], str) else json.dumps(entry["body"])
+    match = detect_overflow(None, raw, "")
+    assert (match is not None) is entry["is_overflow"]
+    assert match is None or match.limit == EXPECTED_LIMIT[index]
+
+
+@pytest.mark.parametrize("index", range(len(ENTRIES)), ids=_id)
+def test_every_entry_quoted_in_an_exception_message(index: int) -> None:
+    """litellm often keeps only ``str(exc)``, which quotes the provider's message after its prefixes."""
+    entry = ENTRIES[index]
+    message = provider_message(entry["body"])
+    text = f"litellm.BadRequestError: OpenAIException - {message}"
+    match = detect_overflow(entry["status"], None, text)
+    assert (match is not None) is entry["is_overflow"]
+
+
+@pytest.mark.parametrize(
+    ("text", "limit"),
+    [
+        ("This model's maximum context length is 128,000 tokens.", 128000),
+        ("Prompt contains 40000 tokens, too large for model with 32768 maximum context length", 32768),
+        ("This model's maximum prompt length is 131072 but the request contains 140000 tokens.", 131072),
+        ("Please reduce the length of the messages or completion. Current length is 9000 while limit is 8192", 8192),
+        ("prompt tokens (300000) exceed model maximum (262144)", 262144),
+        ("max_tokens: 128001 > 64000, which is the maximum allowed number of output tokens", None),
+        ("", None),
+    ],
+)
+def test_stated_limit_phrasings(text: str, limit: int | None) -> None:
+    assert stated_limit(text) == limit
+
+
+def test_a_rate_limit_status_is_never_an_overflow_even_with_overflow_words() -> None:
+    body = {"error": {"message": "This model's maximum context length is 4097 tokens.", "code": None}}
+    assert detect_overflow(400, body) is not None
+    assert detect_overflow(429, body) is None
+
+
+def test_code_alone_is_enough_when_the_text_is_generic() -> None:
+    match = detect_overflow(400, {"error": {"message": "Bad request.", "code": "context_length_exceeded"}})
+    assert match is not None
+    assert match.rule == "code:context_length_exceeded"
+    assert match.message == "Bad request."
+
+
+def test_unrelated_errors_are_not_overflows() -> None:
+    assert detect_overflow(400, {"error": {"message": "Invalid value for 'temperature'."}}) is None
+    assert detect_overflow(500, "Internal Server Error") is None
+    assert detect_overflow(None, None, "") is None
+
+
+def test_parse_error_body_shapes() -> None:
+    assert parse_error_body(b'{"error": "x"}') == {"error": "x"}
+    assert parse_error_body('event: error\ndata: {"message": "m"}\n\n') == {"message": "m"}
+    assert parse_error_body("plain words") == "plain words"
+    assert parse_error_body("  ") is None
+
+
+def test_a_deeply_nested_body_does_not_recurse_forever() -> None:
+    body: Any = {"message": "prompt is too long: 5 tokens > 4 maximum"}
+    for _ in range(5000):
+        body = {"error": body}
+    assert detect_overflow(400, body) is None  # too deep to read, and nothing crashed
