@@ -2,7 +2,7 @@
 
 - ``begin_turn_lever``: a turn starts with ONE store call (``SessionStore.begin_turn``: reconcile, number
   the call, read the branch state, the checkpoints and the route's calibration in one transaction)
-  instead of one call per item. It counts the store calls a real ``TurnRunner`` turn makes for a small
+  instead of one call per item. It counts the store calls a real ``TurnService`` turn makes for a small
   request, and times ``begin_turn`` against the same work done as separate calls on the same SQLite
   store (the sequence turns made before: reconcile, next turn, branch-turn read and write, calibration,
   three branch-state reads, the request's own proxy steps).
@@ -34,12 +34,12 @@ from proxy.process.offline import prepare_offline_environment
 prepare_offline_environment()
 
 from bench.assembly import TOOLS, make_history  # noqa: E402 - after the offline set-up (tiktoken)
-from proxy.builder import build_runner  # noqa: E402
+from proxy.builder import build_service  # noqa: E402
 from proxy.context.estimators import ConservativeTokenEstimator  # noqa: E402
 from proxy.context.turn_estimator import TurnEstimator  # noqa: E402
-from proxy.ingress.identify import SessionIdentity  # noqa: E402
 from proxy.kernel.config import ModelRoute, Settings  # noqa: E402
-from proxy.runtime.service import TurnRunner  # noqa: E402
+from proxy.runtime.service import TurnService  # noqa: E402
+from proxy.runtime.session_identity import SessionIdentity  # noqa: E402
 from proxy.session import reconcile as rc  # noqa: E402
 from proxy.session.sqlite import SqliteSessionStore  # noqa: E402
 
@@ -87,9 +87,9 @@ class _CountingStore:
         return counted
 
 
-def _runner(folder: Path, store: Any, *, traces: bool, route: ModelRoute = ROUTE) -> TurnRunner:
+def _runner(folder: Path, store: Any, *, traces: bool, route: ModelRoute = ROUTE) -> TurnService:
     settings = Settings(data_dir=folder / "data", models=(route,), trace_enabled=traces, framing_secret=SECRET)
-    return build_runner(settings, store, _Answer(), lambda model: (None, None), SECRET)
+    return build_service(settings, store, _Answer(), lambda model: (None, None), SECRET)
 
 
 def _body(messages: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -174,20 +174,20 @@ def _names_off() -> Iterator[None]:
     """As before the lever: every history message counted through the digest-keyed cache (in the assembly
     and in the calibration sample), the client's request sized for the trace by an uncached counter,
     and the store hashing the request again instead of taking the runner's chain hashes."""
-    name_messages, given, sizes = TurnEstimator.name_messages, rc.given_or_computed, TurnRunner._sizes
+    name_messages, given, sizes = TurnEstimator.name_messages, rc.given_or_computed, TurnService._sizes
 
     def computed(context_id: str, messages: Any, hashes: Any, memo: Any) -> list[str]:
         return rc.request_hashes(context_id, messages, memo)
 
     TurnEstimator.name_messages = lambda self, messages, hashes: None  # type: ignore[method-assign]
     rc.given_or_computed = computed
-    TurnRunner._sizes = lambda self, request: ConservativeTokenEstimator()  # type: ignore[method-assign]
+    TurnService._sizes = lambda self, request: ConservativeTokenEstimator()  # type: ignore[method-assign]
     try:
         yield
     finally:
         TurnEstimator.name_messages = name_messages  # type: ignore[method-assign]
         rc.given_or_computed = given
-        TurnRunner._sizes = sizes  # type: ignore[method-assign]
+        TurnService._sizes = sizes  # type: ignore[method-assign]
 
 
 def prefix_reuse_lever(sizes: Sequence[int] = (1000, 5000), repeats: int = 9) -> dict[str, Any]:

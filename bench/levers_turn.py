@@ -31,11 +31,11 @@ from proxy.context import turn_estimator, validator, window, working_history  # 
 from proxy.context.previews import PreviewMemo  # noqa: E402
 from proxy.context.units import SplitMemo, split_units  # noqa: E402
 from proxy.edge.request_body import decode_body  # noqa: E402
-from proxy.ingress.identify import SessionIdentity  # noqa: E402
 from proxy.kernel import jsonio  # noqa: E402
 from proxy.kernel.config import ModelRoute  # noqa: E402
 from proxy.process import startup_gc  # noqa: E402
 from proxy.runtime import calibration, service  # noqa: E402
+from proxy.runtime.session_identity import SessionIdentity  # noqa: E402
 from proxy.session.sqlite import SqliteSessionStore  # noqa: E402
 
 MESSAGES = 1000

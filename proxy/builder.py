@@ -1,13 +1,23 @@
-"""Builds the turn runner from the settings: the contributor registries, the pipeline, the tools.
+"""The one builder: what the app runs on, made from the settings when it starts.
 
-Everything is composed once at start-up; the registries are frozen, so no package can change them
-while sessions run.
+``Services`` opens the store, makes the provider backend (recorded when a record folder is set), reads the
+framing secret, builds the turn service (``build_service``: the contributor registries, the pipeline, the
+proxy-owned tools) and the observers, and closes what it opened when the app stops. Everything is
+composed once at start-up; the registries are frozen, so no package can change them while sessions run.
+``check_settings`` is what ``serve`` checks before it starts. Parts handed in (tests, the replay command)
+are used as they are and left open.
 """
 
 from __future__ import annotations
 
+import os
+from typing import TYPE_CHECKING
+
+import anyio
+
 from proxy.context.compactor import CompactionConfig, HistoryCompactor
 from proxy.context.estimators import CachingEstimator, ConservativeTokenEstimator
+from proxy.context.nonce import SECRET_NAME
 from proxy.context.pipeline import ContextPipeline, PipelineConfig
 from proxy.context.pressure import PressureConfig
 from proxy.context.registry import (
@@ -21,21 +31,97 @@ from proxy.context.registry import (
 )
 from proxy.context.state import StateConfig
 from proxy.context.types import SCOPES
-from proxy.kernel.config import ConfigError, ModelRoute, Settings
-from proxy.observe.call_facts import CallObserver
-from proxy.provider.litellm_backend import ProviderBackend
+from proxy.kernel.config import ConfigError, Settings
+from proxy.kernel.errors import ProxyError
+from proxy.observe.telemetry import Telemetry
+from proxy.provider.base import ProviderBackend
+from proxy.provider.recording import Recorder
 from proxy.runtime.assembly import Assembler
 from proxy.runtime.calibration import TokenCalibrator
 from proxy.runtime.limits import ModelMapLookup, check_route_limits
+from proxy.runtime.observers import CallObserver
 from proxy.runtime.proxy_tools import ProxyToolbox, ReadToolOutput
-from proxy.runtime.service import TurnRunner
+from proxy.runtime.service import TurnService
 from proxy.runtime.session_assembler import SessionAssembler
 from proxy.runtime.trace import TraceWriter
 from proxy.session import SqliteSessionStore, open_store
 from proxy.session.store import SessionStore
 
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
-def build_runner(
+
+class Services:
+    """The store, the provider backend, the turn service and the observers of one app.
+
+    ``start`` builds what was not handed in (in the app's lifespan, on its event loop), ``stop`` closes
+    what it built; ``ready`` is the turn service, or the 503 every ingress answers until it exists.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        store: SessionStore | None = None,
+        backend: ProviderBackend | None = None,
+        assembler: Assembler | None = None,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.backend = backend
+        self._owns_store = store is None
+        self._owns_backend = backend is None
+        self._assembler = assembler
+        # Spans go to ``tracer_provider``, else to OTEL_EXPORTER_OTLP_ENDPOINT when set (observe/telemetry.py).
+        self.telemetry = Telemetry.build(tracer_provider, os.environ)
+        # Record and replay: off unless a record folder is set, then nothing is wrapped.
+        self.recorder = Recorder(settings.record_dir) if settings.record_dir is not None else None
+        self.service: TurnService | None = None
+
+    def ready(self) -> TurnService:
+        """The turn service, or the 503 ``starting`` while the app has not built it yet."""
+        if self.service is None:
+            raise ProxyError("The proxy is still starting.", status=503, code="starting")
+        return self.service
+
+    async def start(self) -> None:
+        """Open the store, make the backend, read the framing secret and build the turn service."""
+        settings = self.settings
+        if self.store is None:
+            self.store = open_store(settings.store_url, settings.data_dir, settings.session_lock_seconds)
+        await self.store.open()
+        if self.backend is None:
+            from proxy.provider.litellm_backend import LiteLLMBackend  # deferred: importing litellm costs seconds
+
+            self.backend = LiteLLMBackend(timeout_seconds=settings.provider_timeout_seconds)
+        if self.recorder is not None:
+            self.backend = self.recorder.wrap(self.backend)
+        model_map = getattr(self.backend, "model_map_limits", _unknown_model)
+        framing_secret = settings.framing_secret or await self.store.secret(SECRET_NAME)
+        self.service = build_service(
+            settings, self.store, self.backend, model_map, framing_secret, self._assembler, self.telemetry.observer
+        )
+        if self.recorder is not None:
+            self.recorder.framing_nonce = self.service.framing_nonce
+
+    async def stop(self) -> None:
+        """Write what the last answers taught, then close what ``start`` opened and flush pending spans."""
+        if self.service is not None:
+            await self.service.calibrator.flush()  # the last answers' samples: no turn is left to write them
+        aclose = getattr(self.backend, "aclose", None)
+        if self._owns_backend and aclose is not None:
+            await aclose()  # the provider connections, before the loop they belong to stops
+        if self._owns_store and self.store is not None:
+            await self.store.close()
+        await anyio.to_thread.run_sync(self.telemetry.shutdown)  # flushes pending spans: network I/O
+
+
+def _unknown_model(model: str) -> tuple[int | None, int | None]:
+    return None, None
+
+
+def build_service(
     settings: Settings,
     store: SessionStore,
     backend: ProviderBackend,
@@ -43,8 +129,8 @@ def build_runner(
     framing_secret: bytes,
     assembler: Assembler | None = None,
     observer: CallObserver | None = None,
-) -> TurnRunner:
-    """The runner for these settings; ``framing_secret`` is what the sessions' framing nonces derive
+) -> TurnService:
+    """The turn service for these settings; ``framing_secret`` is what the sessions' framing nonces derive
     from, ``assembler`` replaces the dynamic pipeline (tests), ``observer`` gets every model call."""
     check_route_limits(settings, model_map)
     factories = checked_factories(settings)
@@ -69,13 +155,11 @@ def build_runner(
     )
     toolbox = ProxyToolbox(ReadToolOutput(store), proxy_tools(factories))
 
-    def summary_route(request_route: ModelRoute) -> ModelRoute:
-        chosen = settings.route(settings.summary_model) if settings.summary_model else None
-        return chosen or request_route
-
-    dynamic = SessionAssembler(settings, store, pipeline, toolbox, backend, summary_route, state_config, framing_secret)
+    dynamic = SessionAssembler(
+        settings, store, pipeline, toolbox, backend, settings.summary_route, state_config, framing_secret
+    )
     traces = TraceWriter(settings.resolved_trace_dir) if settings.trace_enabled else None
-    return TurnRunner(
+    return TurnService(
         settings,
         store,
         assembler or dynamic,

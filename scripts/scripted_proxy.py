@@ -29,7 +29,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from proxy.demo.science import is_summary_request
+from proxy.provider.science_script import is_summary_request
 from proxy.provider.scripted import Reply, ScriptedProvider, ToolCall, free_port, serve_in_thread
 
 # The names the agents ask for by default; each is routed to the scripted provider.

@@ -30,9 +30,9 @@ from typing import Any
 
 import httpx
 
-from proxy.demo.science import TOOLS as STEP_TOOLS
-from proxy.demo.science import checkpoint_for, is_summary_request, tool_output
 from proxy.kernel.config import ModelRoute, Settings
+from proxy.provider.science_script import TOOLS as STEP_TOOLS
+from proxy.provider.science_script import checkpoint_for, is_summary_request, tool_output
 from proxy.provider.scripted import Reply, ScriptedProvider, ToolCall, serve_in_thread
 
 DEFAULT_DIR = Path(".tmp/context-examples")

@@ -16,9 +16,9 @@ from typing import Any
 
 import httpx
 
-from proxy.demo.science import TOOLS as SCIENCE_TOOLS
-from proxy.demo.science import ScienceModel, client_tool_result, is_summary_request
 from proxy.kernel.config import ModelRoute, Settings
+from proxy.provider.science_script import TOOLS as SCIENCE_TOOLS
+from proxy.provider.science_script import ScienceModel, client_tool_result, is_summary_request
 from proxy.provider.scripted import Reply, ScriptedProvider, ToolCall, serve_in_thread
 
 MODEL = "demo-scientist"

@@ -12,25 +12,14 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from proxy.kernel.canonical import stable_json
 from proxy.kernel.errors import InvalidRequest
+from proxy.runtime.session_identity import SCOPES, Scope, SessionIdentity
 
-Scope = Literal["main", "subagent", "reviewer"]
-SCOPES: tuple[Scope, ...] = ("main", "subagent", "reviewer")
 _SAFE_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
 _VENDOR_SESSION_HEADER = re.compile(r"x-[a-z0-9]+(?:-[a-z0-9]+)*-session-id")
-
-
-@dataclass(frozen=True)
-class SessionIdentity:
-    """The context id (also the trace folder name), where it came from, and the agent scope."""
-
-    context_id: str
-    source: str  # "header:<name>", "body:<field>" or "fingerprint"
-    scope: Scope
 
 
 def identify(headers: Mapping[str, str], body: Mapping[str, Any]) -> SessionIdentity:

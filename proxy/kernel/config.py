@@ -151,6 +151,11 @@ class Settings:
                 return route
         return None
 
+    def summary_route(self, request_route: ModelRoute) -> ModelRoute:
+        """The route that writes checkpoints: ``SCIENCE_AGENT_SUMMARY_MODEL``'s, else the request's own."""
+        chosen = self.route(self.summary_model) if self.summary_model else None
+        return chosen or request_route
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, config_path: Path | None = None) -> Settings:
         """Read and validate the settings; raises ``ConfigError`` naming the first bad one."""

@@ -1,1 +1,1 @@
-"""Observation of model calls: Prometheus metrics and OpenTelemetry spans, fed from the runner's call records."""
+"""Observation of model calls: Prometheus metrics and OpenTelemetry spans, fed from the turn service's call records."""

@@ -1,61 +1,23 @@
-"""The observation port: what the turn runner tells metrics and spans, and what both read from it.
+"""What metrics and spans read from a model call's record (``CallRecord``): its endpoint, status, outcome,
+assembly and summarizer calls.
 
-There is one observation point per model call: the runner's ``CallRecord`` (``proxy/runtime/trace_record.py``),
-handed over when the call is finished (for a live stream, when the stream ends), whether or not traces are
-written. Counters and spans are derived from that record here, not counted where things happen, so a
-number on a dashboard and a trace file always describe the same call.
-
-An observer must never fail a turn: ``Observers`` logs what one raises and carries on.
+There is one observation point per model call: the turn service hands each finished call's record to
+its observers (``proxy/runtime/observers.py``), whether or not traces are written. Counters and spans are
+derived from that record here, not counted where things happen, so a number on a dashboard and a trace
+file always describe the same call.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from proxy.context.pipeline import AssemblyRecord
-from proxy.runtime.assembly import TurnRequest
 from proxy.runtime.trace_record import CallRecord
-
-log = logging.getLogger("context_proxy.observe")
 
 # The ingress notes' ``api`` names the wire format; the endpoint label names the route family.
 _ENDPOINTS = {"anthropic-messages": "messages", "responses": "responses"}
-
-
-class CallObserver(Protocol):
-    """Receives every model call made for a client, and the proxy-owned tools run between calls."""
-
-    def model_call(self, record: CallRecord) -> None:
-        """A model call is finished (answered, failed, or its stream ended)."""
-
-    def proxy_tool_calls(self, request: TurnRequest, tools: Sequence[str]) -> None:
-        """The proxy ran these proxy-owned tools (one name per call) for ``request``'s model call."""
-
-
-class Observers:
-    """Several observers as one; a failing observer is logged and never reaches the turn."""
-
-    def __init__(self, observers: Sequence[CallObserver]) -> None:
-        self._observers = tuple(observers)
-
-    def model_call(self, record: CallRecord) -> None:
-        """Hand the finished call to every observer."""
-        for observer in self._observers:
-            try:
-                observer.model_call(record)
-            except Exception:  # an exporter's bug must not turn an answered request into an error
-                log.exception("observer %s failed on a model call", type(observer).__name__)
-
-    def proxy_tool_calls(self, request: TurnRequest, tools: Sequence[str]) -> None:
-        """Hand the proxy-owned tool calls to every observer."""
-        for observer in self._observers:
-            try:
-                observer.proxy_tool_calls(request, tools)
-            except Exception:  # as above
-                log.exception("observer %s failed on proxy tool calls", type(observer).__name__)
 
 
 def made_model_call(record: CallRecord) -> bool:
@@ -92,9 +54,21 @@ def assembly(record: CallRecord) -> AssemblyRecord | None:
 
 
 def summarizer_calls(record: CallRecord) -> Sequence[Mapping[str, Any]]:
-    """The summarizer calls the assembly of this call made (``model``, ``providerMs``, ``error``)."""
+    """The summarizer calls this call made (``model``, ``providerMs``, ``error``): in its assembly, or for a
+    client's compaction request."""
+    if record.compaction is not None:
+        return record.compaction.outcome.calls
     candidate = record.candidate
     return candidate.record.summarizer_calls if candidate is not None and candidate.record is not None else ()
+
+
+def compaction_reason(record: CallRecord) -> str | None:
+    """Why this call compacted: the assembly's pressure pass, or a client's compaction request; ``None``
+    when it did not."""
+    if record.compaction is not None:
+        return "client_compaction_request"
+    pipeline = assembly(record)
+    return pipeline.compaction.pass_record.reason if pipeline is not None else None
 
 
 def checkpoint_sent(record: CallRecord) -> bool:

@@ -19,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 
 from proxy.observe.call_facts import (
     assembly,
+    compaction_reason,
     endpoint,
     made_model_call,
     outcome,
@@ -57,7 +58,7 @@ class PrometheusMetrics:
         )
         self.compactions = Counter(
             "context_proxy_compactions",
-            "Model calls whose assembly had to compact the history (pressure, or forced after an overflow).",
+            "Compactions: an assembly's (pressure, or forced after an overflow) and clients' compaction requests.",
             ("reason",),
             registry=registry,
         )
@@ -97,9 +98,9 @@ class PrometheusMetrics:
         pipeline = assembly(record)
         if pipeline is not None:
             self.assembly_seconds.observe(pipeline.assembly_ms / 1000)
-            reason = pipeline.compaction.pass_record.reason
-            if reason is not None:
-                self.compactions.labels(reason=reason).inc()
+        reason = compaction_reason(record)
+        if reason is not None:
+            self.compactions.labels(reason=reason).inc()
         for call in summarizer_calls(record):
             self.summarizer_calls.labels(outcome=outcome(call.get("error"))).inc()
         if record.recovery:

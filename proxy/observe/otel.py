@@ -2,7 +2,8 @@
 
 Needs the ``otel`` extra; ``proxy/observe/telemetry.py`` imports this module only when spans are on.
 A span is made from the call's record once the call is finished (``proxy/observe/call_facts.py``), with the
-times the record carries: the call span from the start of the attempt (before assembly) to the end of
+times the record carries (a client's compaction request: a ``context_proxy.compact`` span and its
+summarizer children): the call span from the start of the attempt (before assembly) to the end of
 the call (for a live stream, its last chunk), an ``assemble`` child for the pipeline's time, and one
 child per summarizer call. The summarizer calls ran inside the assembly; their durations are measured but
 not their starts, so they are laid end to end from the start of the assembly, in the order they ran.
@@ -23,6 +24,7 @@ from proxy.kernel.config import ModelRoute
 from proxy.observe.call_facts import (
     assembly,
     checkpoint_sent,
+    compaction_reason,
     endpoint,
     made_model_call,
     now_ns,
@@ -71,7 +73,11 @@ class SpanObserver:
         self._tracer = provider.get_tracer("context-proxy")
 
     def model_call(self, record: CallRecord) -> None:
-        """One ``chat {model}`` span with its ``assemble`` and summarizer children."""
+        """One ``chat {model}`` span with its ``assemble`` and summarizer children; a client's compaction
+        request one ``context_proxy.compact`` span with its summarizer children."""
+        if record.compaction is not None:
+            self._compaction_span(record)
+            return
         if not made_model_call(record):
             return
         end = now_ns()
@@ -121,6 +127,28 @@ class SpanObserver:
 
     def proxy_tool_calls(self, request: TurnRequest, tools: Sequence[str]) -> None:
         """Nothing: the tools' model call already has its span, and the next call has its own."""
+
+    def _compaction_span(self, record: CallRecord) -> None:
+        """A client's compaction request (``TurnService.compact``): no assembly, the summarizer answered."""
+        assert record.compaction is not None  # checked by the caller; here for the type checker
+        end = now_ns()
+        start = record.started_ns or end
+        request = record.request
+        compaction = record.compaction
+        attributes: dict[str, Any] = {
+            "gen_ai.conversation.id": request.identity.context_id,
+            "context_proxy.route": request.route.model_name,
+            "context_proxy.scope": request.identity.scope,
+            "context_proxy.endpoint": endpoint(record),
+            "context_proxy.turn": request.turn,
+            "context_proxy.compaction.reason": compaction_reason(record) or "",
+            "context_proxy.compaction.request": compaction.kind,
+            "context_proxy.compaction.fallback": compaction.outcome.fallback is not None,
+            "context_proxy.checkpoint_tokens": compaction.checkpoint_tokens,
+        }
+        span = self._tracer.start_span("context_proxy.compact", start_time=start, attributes=attributes)
+        self._summarizer_spans(trace.set_span_in_context(span), summarizer_calls(record), start, request.route)
+        span.end(end_time=end)
 
     def _summarizer_spans(
         self, parent: Any, calls: Sequence[Mapping[str, Any]], start: int, request_route: ModelRoute

@@ -13,8 +13,8 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from proxy.observe.call_facts import CallObserver, Observers
 from proxy.observe.metrics import PrometheusMetrics
+from proxy.runtime.observers import CallObserver, Observers
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -25,7 +25,7 @@ ENDPOINT_VARIABLE = "OTEL_EXPORTER_OTLP_ENDPOINT"
 
 
 class Telemetry:
-    """The metrics and the observer the turn runner feeds; ``shutdown`` flushes an owned span exporter."""
+    """The metrics and the observer the turn service feeds; ``shutdown`` flushes an owned span exporter."""
 
     def __init__(self, metrics: PrometheusMetrics, observer: Observers, owned_provider: Any = None) -> None:
         self.metrics = metrics

@@ -2,7 +2,7 @@
 summarizer or the overflow retry.
 
 Record and replay (``proxy/replay/``) match a recorded provider exchange to the call that makes it
-again by this tag. It travels in a ``ContextVar`` so that the runner and the summarizer only say what
+again by this tag. It travels in a ``ContextVar`` so that the turn service and the summarizer only say what
 they are about to do (a line each) and nothing between them and the backend has to pass it on.
 Without a recorder nobody reads it; setting a context variable costs nanoseconds.
 """
@@ -43,12 +43,12 @@ def current_tag() -> CallTag:
 
 
 def begin_round(rounds: int) -> None:
-    """The runner starts the client's turn (0) or proxy-tool round ``rounds``."""
+    """The turn service starts the client's turn (0) or proxy-tool round ``rounds``."""
     _TAG.set(CallTag("turn" if rounds == 0 else "tool_round", rounds))
 
 
 def begin_attempt(recovery: int) -> None:
-    """The runner starts an attempt of the current round: the first (0) or the overflow retry."""
+    """The turn service starts an attempt of the current round: the first (0) or the overflow retry."""
     round_ = current_tag().round
     _TAG.set(
         CallTag("overflow_retry", round_) if recovery else CallTag("turn" if round_ == 0 else "tool_round", round_)

@@ -1,8 +1,8 @@
 """The one door to the provider: ``litellm.acompletion``, with errors translated at this boundary.
 
-The rest of the proxy sees only ``ProviderBackend``: OpenAI-shaped dicts in and out, and ``ProxyError``
-subclasses (``ContextOverflow`` among them) on failure. Tests can hand the runtime another backend;
-the default one imports litellm lazily so that building the app stays cheap and offline-safe.
+The rest of the proxy sees only ``ProviderBackend`` (``proxy/provider/base.py``): OpenAI-shaped dicts in
+and out, and ``ProxyError`` subclasses (``ContextOverflow`` among them) on failure. Tests can hand the
+runtime another backend; this one imports litellm lazily so that building the app stays cheap and offline-safe.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from proxy.kernel.errors import ProviderError, ProxyError
 from proxy.process.offline import prepare_offline_environment
@@ -20,21 +20,6 @@ from proxy.provider.serialize import StreamSerializer, response_to_openai
 
 if TYPE_CHECKING:
     from proxy.provider.fast import FastPath
-
-
-class ProviderBackend(Protocol):
-    """Calls the model. ``llm_input`` is the runner's keyword arguments for ``litellm.acompletion``; a
-    backend may add its own (``provider_arguments`` says which, so the trace can show them)."""
-
-    def provider_arguments(self, llm_input: dict[str, Any]) -> dict[str, Any]:
-        """The keyword arguments a call with ``llm_input`` is made with: ``llm_input`` plus what this
-        backend adds. Must not change ``llm_input``."""
-
-    async def complete(self, llm_input: dict[str, Any]) -> dict[str, Any]:
-        """A whole chat completion as an OpenAI response dict."""
-
-    async def stream(self, llm_input: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        """Chat completion chunks as OpenAI chunk dicts; the first one is fetched before returning."""
 
 
 class LiteLLMBackend:

@@ -1,12 +1,12 @@
 """Recording live traffic: client requests as received and the provider exchanges they caused.
 
 vcrpy patches the HTTP library process-wide, so it cannot tell two concurrent sessions' calls apart;
-this recorder sits at the provider adapter instead. ``RecordingMiddleware`` (pure ASGI: it runs in the
-request's own task) opens a capture per client request in a ``ContextVar``; ``RecordingBackend`` wraps
-the real ``ProviderBackend`` and adds each call to the capture of the request that made it, tagged with
-its kind and index (``proxy/provider/call_tag.py``). When the response is complete the capture is
-written under the session's folder (``cassette.py``). Nothing here is installed unless
-``CONTEXT_PROXY_RECORD_DIR`` (or ``serve --record``) is set.
+this recorder sits at the provider adapter instead. ``RecordingMiddleware`` (``proxy/edge/recording.py``,
+pure ASGI: it runs in the request's own task) opens a capture per client request (``Recorder.capturing``
+puts it in a ``ContextVar``); ``RecordingBackend`` wraps the real ``ProviderBackend`` and adds each call
+to the capture of the request that made it, tagged with its kind and index (``call_tag.py``). When the
+response is complete the capture is written under the session's folder (``cassette.py``). Nothing here
+is installed unless ``CONTEXT_PROXY_RECORD_DIR`` (or ``serve --record``) is set.
 """
 
 from __future__ import annotations
@@ -17,20 +17,18 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
 from proxy.kernel.errors import ContextOverflow, ProxyError
+from proxy.provider.base import ProviderBackend
 from proxy.provider.call_tag import current_tag, take_shadow_candidate
 from proxy.provider.cassette import Exchange, RecordedRequest
-from proxy.provider.litellm_backend import ProviderBackend
-from proxy.provider.redaction import redact_llm_input
-from proxy.runtime.session_assembler import contributor_headers
+from proxy.provider.redaction import redact_llm_input, without_credentials
 
 log = logging.getLogger("context_proxy.record")
 
@@ -40,11 +38,11 @@ _CLIENT_CONTENT = frozenset({"messages", "input", "instructions", "system", "too
 _TRANSPORT_HEADERS = frozenset(
     {"host", "content-length", "connection", "transfer-encoding", "accept-encoding", "keep-alive"}
 )
-_ACTIVE: ContextVar[_Capture | None] = ContextVar("context_proxy_recording", default=None)
+_ACTIVE: ContextVar[Capture | None] = ContextVar("context_proxy_recording", default=None)
 
 
 @dataclass
-class _Capture:
+class Capture:
     """What one client request has done so far."""
 
     stamp: str
@@ -74,7 +72,7 @@ class _Capture:
 
 
 class Recorder:
-    """Writes captures under ``root``; ``framing_nonce`` is set once the runner exists."""
+    """Writes captures under ``root``; ``framing_nonce`` is set once the turn service exists."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -86,21 +84,22 @@ class Recorder:
         """``backend`` with every call recorded into the capture of the request making it."""
         return RecordingBackend(backend)
 
-    def middleware(self, app: ASGIApp) -> RecordingMiddleware:
-        """``app`` with a capture opened around every POST request."""
-        return RecordingMiddleware(app, self)
-
-    def begin(self, scope: Scope) -> _Capture:
-        """A capture for the request ``scope`` describes."""
-        headers = {
-            name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope.get("headers") or []
-        }
-        kept = {k: v for k, v in contributor_headers(headers).items() if k not in _TRANSPORT_HEADERS}
-        query = scope.get("query_string", b"").decode("latin-1")
+    def begin(self, method: str, path: str, headers: Mapping[str, str]) -> Capture:
+        """A capture for one client request (``path`` with its query string; ``headers`` lower-cased)."""
+        kept = {k: v for k, v in without_credentials(headers).items() if k not in _TRANSPORT_HEADERS}
         stamp = f"{int(time.time() * 1000):013d}-{next(self._counter):06d}"
-        return _Capture(stamp, scope["method"], scope["path"] + (f"?{query}" if query else ""), kept)
+        return Capture(stamp, method, path, kept)
 
-    def finish(self, capture: _Capture) -> None:
+    @contextmanager
+    def capturing(self, capture: Capture) -> Iterator[None]:
+        """Within the block (the request's own task), every provider call is added to ``capture``."""
+        token = _ACTIVE.set(capture)
+        try:
+            yield
+        finally:
+            _ACTIVE.reset(token)
+
+    def finish(self, capture: Capture) -> None:
         """Write the capture (best-effort, like traces: a failed write is logged and counted)."""
         if not capture.context_id:
             return  # refused before a session was known (authentication, an unreadable body): nothing to replay
@@ -122,46 +121,6 @@ class Recorder:
         except (OSError, ValueError, TypeError) as exc:
             self.failures += 1
             log.warning("recording of %s not written (%d failed so far): %s", capture.path, self.failures, exc)
-
-
-class RecordingMiddleware:
-    """Opens a capture for each POST request and writes it when the response is complete."""
-
-    def __init__(self, app: ASGIApp, recorder: Recorder) -> None:
-        self.app = app
-        self.recorder = recorder
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Serve the request, capturing its body, its answer and the provider calls it makes."""
-        if scope["type"] != "http" or scope["method"] != "POST":
-            await self.app(scope, receive, send)
-            return
-        capture = self.recorder.begin(scope)
-
-        async def receiving() -> Message:
-            message = await receive()
-            if message["type"] == "http.request":
-                capture.body.extend(message.get("body", b""))
-            return message
-
-        async def sending(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                capture.status = int(message["status"])
-                for name, value in message.get("headers") or []:
-                    if name == b"x-context-id":
-                        capture.context_id = value.decode("latin-1")
-                    elif name == b"x-context-mode":
-                        capture.mode = value.decode("latin-1")
-            elif message["type"] == "http.response.body":
-                capture.answer.extend(message.get("body", b""))
-            await send(message)
-
-        token = _ACTIVE.set(capture)
-        try:
-            await self.app(scope, receiving, sending)
-        finally:
-            _ACTIVE.reset(token)
-            self.recorder.finish(capture)
 
 
 class RecordingBackend:

@@ -45,6 +45,20 @@ _CREDENTIAL_PARTS = ("secret", "passw", "apikey", "api_key", "api-key", "credent
 _NOT_CREDENTIALS = frozenset({"prompt_cache_key"})  # OpenAI's cache routing hint: shown, not secret
 _WORD = re.compile(r"[a-z0-9]+")
 REDACTED = "***"
+# Header names that carry credentials (the proxy's master key, a provider key a client forwards,
+# cookies): neither contributors (plugins, possibly third-party) nor recordings ever see them. Matched as parts of
+# the lower-cased name, so vendor variants (x-goog-api-key, x-amz-security-token) are covered too.
+_CREDENTIAL_HEADER_PARTS = (
+    "auth",
+    "cookie",
+    "api-key",
+    "apikey",
+    "api_key",
+    "token",
+    "secret",
+    "password",
+    "credential",
+)
 
 
 def redact_llm_input(llm_input: Mapping[str, Any]) -> dict[str, Any]:
@@ -103,3 +117,12 @@ def _masked_pairs(text: str) -> str:
     if not any(is_credential_name(name) for name, _ in pairs):
         return text
     return urlencode([(name, REDACTED if is_credential_name(name) else item) for name, item in pairs], safe="*")
+
+
+def without_credentials(headers: Mapping[str, str]) -> dict[str, str]:
+    """The request's headers without those carrying credentials: what a contributor sees and a recording keeps."""
+    return {
+        name: value
+        for name, value in headers.items()
+        if not any(part in name.lower() for part in _CREDENTIAL_HEADER_PARTS)
+    }

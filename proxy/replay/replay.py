@@ -24,13 +24,13 @@ from typing import Any
 import httpx
 
 from proxy.context.nonce import session_nonce
-from proxy.demo.science import checkpoint_for
 from proxy.kernel.config import Settings
 from proxy.kernel.errors import ContextOverflow, ProviderError, ProxyError
 from proxy.provider.call_tag import current_tag, take_shadow_candidate
 from proxy.provider.cassette import Exchange, RecordedRequest, read_recordings
+from proxy.provider.chunks import accumulate, synthesize
 from proxy.provider.redaction import redact_llm_input
-from proxy.runtime.stream_buffer import accumulate, synthesize
+from proxy.provider.science_script import checkpoint_for
 
 # Replay pins its own framing secret: the nonces it produces are known, so that they (and the
 # recorded deployment's) can be told apart from a real change.

@@ -2,7 +2,7 @@
 
 An answer is one of three kinds (``Answer``): a whole completion, a stream read to its end before it
 is relayed (proxy tools were offered: it may be a proxy call), or a live stream relayed as it comes.
-``TurnRunner.run`` (``proxy/runtime/service.py``) releases the branch's ``TurnLock`` when the turn
+``TurnService.run`` (``proxy/runtime/service.py``) releases the branch's ``TurnLock`` when the turn
 returns, unless the answer took it over (``outlive``): a live stream owns the lock and releases it
 when it ends, fails or is closed.
 """
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from proxy.ingress.identify import SessionIdentity
 from proxy.kernel.errors import SessionConflict
-from proxy.runtime.stream_buffer import accumulate
+from proxy.provider.chunks import accumulate
+from proxy.runtime.session_identity import SessionIdentity
 from proxy.session.store import SessionBusy
 
 Release = Callable[[], Awaitable[None]]

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from proxy.context.pipeline import AssemblyRecord
-from proxy.ingress.identify import SessionIdentity
 from proxy.kernel.config import Mode, ModelRoute
 from proxy.runtime.branch import BranchTurn
 from proxy.runtime.calibration import TokenAccounting
 from proxy.runtime.limits import ModelLimits
+from proxy.runtime.session_identity import SessionIdentity
 from proxy.session.store import BranchView, Reconciliation
 
 

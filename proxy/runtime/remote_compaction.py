@@ -32,11 +32,32 @@ from proxy.context.checkpoint import (
 from proxy.context.estimators import ConservativeTokenEstimator
 from proxy.kernel.config import ModelRoute
 from proxy.kernel.errors import ProxyError
-from proxy.provider.litellm_backend import ProviderBackend
+from proxy.provider.base import ProviderBackend
+from proxy.runtime.session_identity import SessionIdentity
 from proxy.runtime.summarizer import ModelSummarizer
 
 ATTEMPTS = 2
 RESULT_CHARS = 240  # how much of each tool result the deterministic checkpoint keeps
+
+
+@dataclass(frozen=True)
+class CompactionRequest:
+    """A client's request to compact its history (``TurnService.compact``)."""
+
+    identity: SessionIdentity
+    route: ModelRoute
+    messages: list[dict[str, Any]]  # the history as canonical chat messages
+    previous: Checkpoint | None  # the latest proxy checkpoint the client sent back, merged into the new one
+    kind: str  # ``compaction_trigger`` or ``responses/compact``: what the client sent
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    """What the client is answered: the token naming the new checkpoint, and its size in tokens (for usage)."""
+
+    token: str
+    checkpoint_tokens: int
 
 
 @dataclass
@@ -85,6 +106,18 @@ async def write_checkpoint(
     outcome.fallback = outcome.rejections[-1]
     outcome.checkpoint = Checkpoint(deterministic_checkpoint(source, previous, max_tokens), covers_hash, covered)
     return outcome
+
+
+@dataclass(frozen=True)
+class RemoteCompaction:
+    """A remote compaction as its trace and the observers see it (``CallRecord.compaction``): no turn was
+    assembled; the summarizer answered."""
+
+    outcome: Compaction
+    kind: str  # ``compaction_trigger`` or ``responses/compact``
+    summary_model: str  # the summary route's model name
+    tokens_before: int  # the history's estimated size
+    checkpoint_tokens: int  # the checkpoint message's estimated size
 
 
 def _bounded_request(

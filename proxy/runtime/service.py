@@ -1,4 +1,7 @@
-"""One client request, end to end: lock the branch, reconcile, assemble, call the provider, trace.
+"""The turn service: the one front door to a model call. ``run`` serves a client request end to end (lock
+the branch, reconcile, assemble, call the provider, trace); ``compact`` writes the proxy's checkpoint of a
+history on the client's request (Codex's remote compaction). Nothing else calls a model, writes a trace or
+feeds the observers; what an ingress reads besides (a token count, issued checkpoints) it asks here too.
 
 The turn lock of the request's branch (its history's head, see ``proxy/runtime/branch.py``) is held
 until the answer is complete, for a stream until its last chunk, so two requests with the same
@@ -20,19 +23,29 @@ from typing import Any, Protocol
 from proxy.context.nonce import session_nonce
 from proxy.context.turn_estimator import TurnEstimator, counts_of
 from proxy.context.types import TokenEstimator
-from proxy.ingress.identify import SessionIdentity
 from proxy.kernel.client_params import client_arguments, with_route
 from proxy.kernel.config import Mode, ModelRoute, Settings
 from proxy.kernel.errors import AssemblyFailed, ContextOverflow, ProxyError
-from proxy.observe.call_facts import CallObserver, Observers
 from proxy.provider import call_tag
-from proxy.provider.litellm_backend import ProviderBackend
+from proxy.provider.base import ProviderBackend
+from proxy.provider.chunks import synthesize
+from proxy.provider.redaction import redact_llm_input
+from proxy.runtime import issued_checkpoints
 from proxy.runtime.answers import Answer, BufferedStream, Completion, LiveStream, TurnLock, TurnResult
 from proxy.runtime.assembly import Assembler, Candidate, TurnRequest
 from proxy.runtime.branch import BRANCH_TURNS, BranchTurn, branch_of, next_branch_turn
 from proxy.runtime.calibration import TokenCalibrator, usage_of
+from proxy.runtime.issued_checkpoints import IssuedCheckpoint
 from proxy.runtime.limits import ModelLimits, ModelMapLookup, RouteLimits
-from proxy.runtime.stream_buffer import synthesize
+from proxy.runtime.observers import CallObserver, Observers
+from proxy.runtime.remote_compaction import (
+    CompactionRequest,
+    CompactionResult,
+    RemoteCompaction,
+    summary_tokens,
+    write_checkpoint,
+)
+from proxy.runtime.session_identity import SessionIdentity
 from proxy.runtime.trace import TraceWriter
 from proxy.runtime.trace_record import CallRecord, trace_json
 from proxy.session.reconcile import ChainMemo, request_hashes
@@ -74,7 +87,7 @@ class ProxyStepRunner(Protocol):
         """Attach the request's steps to the branch continuing with ``answer`` (``None``: relayed live)."""
 
 
-class TurnRunner:
+class TurnService:
     """Runs turns against one store, one assembler and one provider backend."""
 
     def __init__(
@@ -135,6 +148,89 @@ class TurnRunner:
             answer = await self._answer(request)
             answer.outlive(lock)  # what the answer still needs once the turn returns (a live stream: the lock)
             return TurnResult(identity, request.mode, answer, working=request)
+
+    async def compact(self, request: CompactionRequest) -> CompactionResult:
+        """Write the proxy's checkpoint of ``request.messages`` and issue the token that names it.
+
+        Under the session's turn lock, like a turn: the history is reconciled, the summarizer writes the
+        checkpoint (a deterministic one when it fails: the client cannot go on without one), and the call
+        is traced and observed like every other model call (``CallRecord.compaction``).
+        """
+        identity, route = request.identity, request.route
+        context_id = identity.context_id
+        summary_route = self.settings.summary_route(route)
+        limits = self.limits_for(route)
+        budget = max(256, limits.effective_input_tokens // 10)
+        nonce = self.framing_nonce(context_id)
+        began = time.time_ns()
+        async with TurnLock(self.store.turn_lock(context_id)):
+            reconciled = await self.store.reconcile(context_id, identity.scope, request.messages)
+            input_limit = self.limits_for(summary_route).effective_input_tokens - budget
+            outcome = await write_checkpoint(
+                self.backend,
+                summary_route,
+                request.messages,
+                request.previous,
+                reconciled.head_hash,
+                budget,
+                nonce,
+                input_limit,
+            )
+            token = await issued_checkpoints.issue(self.store, context_id, outcome.checkpoint)
+            turn = await self.store.next_turn(context_id) if self.traces is not None else 0
+            message = outcome.checkpoint.message(nonce)
+            compaction = RemoteCompaction(
+                outcome,
+                request.kind,
+                summary_route.model_name,
+                tokens_before=summary_tokens(request.messages),
+                checkpoint_tokens=summary_tokens([message]),
+            )
+            turn_request = TurnRequest(
+                identity,
+                "dynamic",
+                route,
+                limits,
+                {"messages": request.messages},
+                request.headers,
+                reconciled,
+                turn,
+                ingress={"api": "responses", "request": request.kind},
+            )
+            if outcome.calls:
+                llm_input = dict(outcome.calls[-1]["llmInput"])
+            else:  # nothing was sent; the request that would have been
+                llm_input = redact_llm_input({**summary_route.litellm_params, "messages": outcome.summary_request})
+            record = CallRecord(turn_request, None, llm_input, compaction.tokens_before, compaction=compaction)
+            record.started_ns = began
+            self._write_trace(record)
+        return CompactionResult(token, len(message["content"]) // 4)
+
+    async def issued_checkpoints(self, tokens: Sequence[str]) -> dict[str, IssuedCheckpoint]:
+        """The checkpoints this proxy issued among ``tokens`` (in order), each with the message that stands
+        in its place in the client's history; tokens it did not issue are left out."""
+        found: dict[str, IssuedCheckpoint] = {}
+        for token in tokens:
+            checkpoint = await issued_checkpoints.issued(self.store, token)
+            if checkpoint is not None:
+                nonce = self.framing_nonce(issued_checkpoints.token_context(token))
+                found[token] = IssuedCheckpoint(checkpoint, checkpoint.message(nonce))
+        return found
+
+    async def record_answer(self, identity: SessionIdentity, chain: Sequence[Mapping[str, Any]]) -> str:
+        """Store ``chain`` (a request's messages and the answer it got) under the session's lock; returns its
+        head hash (a stored response names it, so ``previous_response_id`` continues exactly that chain)."""
+        async with TurnLock(self.store.turn_lock(identity.context_id)):
+            reconciled = await self.store.reconcile(identity.context_id, identity.scope, chain)
+        return reconciled.head_hash
+
+    async def count_tokens(
+        self, route: ModelRoute, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
+    ) -> int:
+        """The route's estimate of ``messages`` and ``tools``: the estimator the assembly budgets with (the
+        route's calibrated one by default), so a client that plans with it agrees with the proxy's pressure."""
+        estimator = (await self.calibrator.accounting(route)).estimator
+        return sum(estimator.count_message(message) for message in messages) + estimator.count_tools(tools)
 
     async def _first_request(
         self,

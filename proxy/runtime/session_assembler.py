@@ -28,7 +28,8 @@ from proxy.context.state import RunStateMemo, StateConfig
 from proxy.context.types import ToolContext, tool_name
 from proxy.kernel.canonical import HistoryEntry, chain_hash
 from proxy.kernel.config import ModelRoute, Settings
-from proxy.provider.litellm_backend import ProviderBackend
+from proxy.provider.base import ProviderBackend
+from proxy.provider.redaction import without_credentials
 from proxy.runtime.assembly import Candidate, CandidateRecord, SummaryBackoff, TurnRequest
 from proxy.runtime.proxy_tools import ProxyToolbox, StoreToolSession
 from proxy.runtime.summarizer import ModelSummarizer
@@ -44,20 +45,6 @@ SUMMARY_RETRY_MESSAGES = 20
 # What ``assemble`` reads of the branch state. Values earlier releases kept session-wide (chain hash "")
 # are read as the root of every chain (the store's ``branch_view``).
 _CHANNELS = (PREVIEWED_REFS, SUMMARY_RETRY_AFTER, INTERNAL_ANCHORS)
-# Header names that carry credentials (the proxy's master key, a provider key a client forwards,
-# cookies): contributors are plugins, possibly third-party, and never see them. Matched as parts of
-# the lower-cased name, so vendor variants (x-goog-api-key, x-amz-security-token) are covered too.
-_CREDENTIAL_HEADER_PARTS = (
-    "auth",
-    "cookie",
-    "api-key",
-    "apikey",
-    "api_key",
-    "token",
-    "secret",
-    "password",
-    "credential",
-)
 
 
 class SessionAssembler:
@@ -118,7 +105,7 @@ class SessionAssembler:
                 limit=limits.effective_input_tokens,
                 nonce=session_nonce(self._framing_secret, context_id),
                 metadata=_mapping(request.body.get("metadata")),
-                headers=contributor_headers(request.headers),
+                headers=without_credentials(request.headers),
                 state=context.state,
                 checkpoints=checkpoints,
                 previewed_refs=list(previewed),
@@ -259,15 +246,6 @@ def _head(request: TurnRequest) -> str:
 def _own_steps_key(request: TurnRequest) -> str:
     """The key this request's proxy steps are stored under: unique to the request, stable over its rounds."""
     return f"{_head(request)}/{request.request_id}"
-
-
-def contributor_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """The request's headers a contributor may see: every one except those carrying credentials."""
-    return {
-        name: value
-        for name, value in headers.items()
-        if not any(part in name.lower() for part in _CREDENTIAL_HEADER_PARTS)
-    }
 
 
 def _readable_checkpoints(stored: Mapping[str, Any]) -> tuple[list[Checkpoint], list[str]]:

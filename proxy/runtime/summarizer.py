@@ -14,8 +14,8 @@ from typing import Any
 
 from proxy.kernel.config import ModelRoute
 from proxy.kernel.errors import ProxyError
+from proxy.provider.base import ProviderBackend
 from proxy.provider.call_tag import summarizer_call
-from proxy.provider.litellm_backend import ProviderBackend
 from proxy.runtime.trace import redact_llm_input
 
 

@@ -1,12 +1,12 @@
-"""One model call's trace: the runner's record of the call, and the one serializer to schema-v5 JSON.
+"""One model call's trace: the service's record of the call, and the one serializer to schema-v5 JSON.
 
 The stages return typed records (``AssemblyRecord`` from the pipeline, ``CandidateRecord`` from the
-session assembler, ``CompactionTrace`` from the compactor); the runner adds what only it knows
-(``CallRecord``). A remote compaction (no turn, the summarizer answers) has its own record,
-``RemoteCompactionRecord``. Nothing else builds trace JSON: ``trace_json`` is the only place that names a key,
-and ``trace_schema.json`` beside this module is its contract. Every key is camelCase: dataclass field
-names are converted here, while the keys of data the trace quotes (``llmInput``, a contributor's raw
-output given as a mapping, an ingress's notes) are kept as they were.
+session assembler, ``CompactionTrace`` from the compactor); the turn service adds what only it knows
+(``CallRecord``). A remote compaction (no turn was assembled, the summarizer answered) is a
+``CallRecord`` too, carrying its ``RemoteCompaction``. Nothing else builds trace JSON: ``trace_json``
+is the only place that names a key, and ``trace_schema.json`` beside this module is its contract. Every
+key is camelCase: dataclass field names are converted here, while the keys of data the trace quotes
+(``llmInput``, a contributor's raw output given as a mapping, an ingress's notes) are kept as they were.
 """
 
 from __future__ import annotations
@@ -18,20 +18,20 @@ from typing import Any
 
 from proxy.context.collector import Collection, ContributorRun
 from proxy.context.pipeline import AssemblyRecord, CompactionRecord, ContextBudgets, FailedAssembly, PipelineFailed
-from proxy.ingress.identify import SessionIdentity
 from proxy.kernel.errors import ProxyError
 from proxy.provider.redaction import redact_llm_input
 from proxy.runtime.assembly import Candidate, CandidateRecord, TurnRequest
 from proxy.runtime.calibration import TokenAccounting
 from proxy.runtime.limits import ModelLimits
+from proxy.runtime.remote_compaction import RemoteCompaction, summary_tokens
 from proxy.session.store import Reconciliation
 
-__all__ = ["CallRecord", "RemoteCompactionRecord", "remote_compaction_json", "trace_json"]
+__all__ = ["CallRecord", "trace_json"]
 
 
 @dataclass
 class CallRecord:
-    """One model call as the runner saw it; the provider's outcome is filled in as the call goes."""
+    """One model call as the turn service saw it; the provider's outcome is filled in as the call goes."""
 
     request: TurnRequest
     candidate: Candidate | None  # None in legacy mode: nothing was assembled
@@ -51,32 +51,15 @@ class CallRecord:
     provider_status: int | None = None
     usage: Mapping[str, Any] | None = None
     started_ns: int = 0
-
-
-@dataclass(frozen=True)
-class RemoteCompactionRecord:
-    """A client's compaction request answered by the summarizer (the Responses ingress): no turn, so
-    nothing was assembled; ``llm_input`` is the summarizer's (already redacted) request."""
-
-    identity: SessionIdentity
-    turn: int
-    model: str  # the summary route's model name
-    limits: ModelLimits
-    reconciliation: Reconciliation
-    tokens_before: int
-    tokens_after: int
-    summary_source_tokens: int
-    checkpoint_tokens: int
-    summarizer_calls: Sequence[Mapping[str, Any]]
-    rejections: Sequence[str]
-    summarized_messages: int
-    fallback: str | None  # why the deterministic checkpoint was used, when it was
-    request_kind: str  # ``responses/compact`` or ``compaction_trigger``
-    llm_input: Mapping[str, Any]
+    # A client's compaction request answered by the summarizer (``TurnService.compact``): no candidate,
+    # ``llm_input`` the summarizer's last (already redacted) request.
+    compaction: RemoteCompaction | None = None
 
 
 def trace_json(call: CallRecord) -> dict[str, Any]:
     """The schema-v5 trace of one model call (without ``schemaVersion``, which the writer adds)."""
+    if call.compaction is not None:
+        return _remote_compaction_json(call, call.compaction)
     request = call.request
     limits = request.limits
     reconciliation = request.reconciliation
@@ -123,41 +106,43 @@ def trace_json(call: CallRecord) -> dict[str, Any]:
     return trace
 
 
-def remote_compaction_json(record: RemoteCompactionRecord) -> dict[str, Any]:
-    """The schema-v5 trace of a remote compaction: the stage keys null, ``compaction`` saying what was
-    covered and whether the deterministic fallback was used (without ``schemaVersion``)."""
-    identity = record.identity
-    compaction: dict[str, Any] = {
+def _remote_compaction_json(call: CallRecord, compaction: RemoteCompaction) -> dict[str, Any]:
+    """A remote compaction's trace: the stage keys null, ``compaction`` saying what was covered and whether
+    the deterministic fallback was used."""
+    request = call.request
+    identity = request.identity
+    outcome = compaction.outcome
+    record: dict[str, Any] = {
         "reason": "client_compaction_request",
-        "tokensBefore": record.tokens_before,
-        "tokensAfter": record.tokens_after,
+        "tokensBefore": compaction.tokens_before,
+        "tokensAfter": compaction.checkpoint_tokens,
         "compactedRefs": [],
-        "summarySourceTokens": record.summary_source_tokens,
-        "checkpointTokens": record.checkpoint_tokens,
-        "attempts": len(record.summarizer_calls),
-        "rejections": list(record.rejections),
-        "summarizedMessages": record.summarized_messages,
+        "summarySourceTokens": summary_tokens(outcome.summary_request),
+        "checkpointTokens": compaction.checkpoint_tokens,
+        "attempts": len(outcome.calls),
+        "rejections": list(outcome.rejections),
+        "summarizedMessages": outcome.source_messages,
     }
-    if record.fallback:
-        compaction["fallback"] = {"kind": "deterministic", "reason": record.fallback}
+    if outcome.fallback:
+        record["fallback"] = {"kind": "deterministic", "reason": outcome.fallback}
     return {
         "contextId": identity.context_id,
         "contextIdSource": identity.source,
-        "turn": record.turn,
+        "turn": request.turn,
         "mode": "dynamic",
         "scope": identity.scope,
-        "model": record.model,
+        "model": compaction.summary_model,
         "selectedPath": "dynamic",
-        "budgets": _budgets_json(record.limits, None),
-        "session": _session_json(record.reconciliation),
+        "budgets": _budgets_json(request.limits, None),
+        "session": _session_json(request.reconciliation),
         "contributors": [],
         "collection": None,
         "admitted": None,
         "renderedContext": None,
-        "compaction": compaction,
-        "summarizerCalls": _plain(record.summarizer_calls),
-        "ingress": {"api": "responses", "request": record.request_kind},
-        "llmInput": dict(record.llm_input),
+        "compaction": record,
+        "summarizerCalls": _plain(outcome.calls),
+        "ingress": {"api": "responses", "request": compaction.kind},
+        "llmInput": dict(call.llm_input),
     }
 
 

@@ -163,7 +163,7 @@ class SessionStore(Protocol):
         nearest prefix *before* the request's head (the root ``""`` excluded) plus one is written at the
         head and returned as ``TurnStart.branch``. ``calibration`` is a route key whose stored token
         calibration is returned too. ``chain_hashes``: the request's chain hashes when the caller already
-        computed them with ``proxy.session.reconcile.request_hashes`` (the turn runner does, to name the
+        computed them with ``proxy.session.reconcile.request_hashes`` (the turn service does, to name the
         branch it locks), so a long history is not hashed twice.
         """
 

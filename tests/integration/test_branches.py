@@ -17,10 +17,10 @@ from typing import Any
 import openai
 import pytest
 
-from proxy.demo.science import is_summary_request
 from proxy.ingress.identify import identify
 from proxy.kernel.canonical import chain_hashes
 from proxy.kernel.config import ModelRoute
+from proxy.provider.science_script import is_summary_request
 from proxy.provider.scripted import Reply, ToolCall
 from proxy.session import open_store
 from tests.integration.conftest import STORE_BACKENDS, route_to, store_url_for

@@ -38,9 +38,9 @@ import vcr
 from vcr.request import Request as VcrRequest
 
 from proxy.context.checkpoint import CHECKPOINT_OPEN
-from proxy.demo.science import TOOLS as SCIENCE_TOOLS
-from proxy.demo.science import checkpoint_for, is_summary_request, tool_output
 from proxy.kernel.config import ModelRoute, Settings
+from proxy.provider.science_script import TOOLS as SCIENCE_TOOLS
+from proxy.provider.science_script import checkpoint_for, is_summary_request, tool_output
 from proxy.provider.scripted import Reply, ToolCall
 from tests.integration.conftest import route_to
 

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from proxy.context.checkpoint import CHECKPOINT_OPEN
-from proxy.demo.science import checkpoint_for, is_summary_request
+from proxy.provider.science_script import checkpoint_for, is_summary_request
 from proxy.provider.scripted import Reply, ToolCall
 from tests.integration.conftest import route_to
 

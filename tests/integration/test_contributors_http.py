@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from proxy.demo.science import checkpoint_for, is_summary_request
 from proxy.kernel.config import ModelRoute
+from proxy.provider.science_script import checkpoint_for, is_summary_request
 from proxy.provider.scripted import Reply, ToolCall
 from tests.integration.conftest import route_to
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import tiktoken
 
-from proxy.demo.science import PLANTED_FACT, TOOLS, ScienceModel, client_tool_result, is_summary_request
 from proxy.ingress.chat.wire import check_tool_pairing
+from proxy.provider.science_script import PLANTED_FACT, TOOLS, ScienceModel, client_tool_result, is_summary_request
 from tests.integration.conftest import route_to
 
 WINDOW = 16_000

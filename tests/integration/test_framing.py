@@ -19,8 +19,8 @@ from proxy.app import create_app
 from proxy.context.checkpoint import CHECKPOINT_OPEN, is_checkpoint_message, validate_checkpoint
 from proxy.context.hidden import HIDDEN_MESSAGE, is_hidden_message
 from proxy.context.nonce import session_nonce
-from proxy.demo.science import checkpoint_for, is_summary_request
 from proxy.kernel.config import ModelRoute, Settings
+from proxy.provider.science_script import checkpoint_for, is_summary_request
 from proxy.provider.scripted import Reply, ToolCall, serve_in_thread
 from tests.integration.conftest import ProxyHandle, route_to
 

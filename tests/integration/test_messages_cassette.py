@@ -11,8 +11,8 @@ import json
 import re
 from typing import Any
 
-from proxy.demo.science import TOOLS as SCIENCE_TOOLS
-from proxy.demo.science import checkpoint_for, is_summary_request, tool_output
+from proxy.provider.science_script import TOOLS as SCIENCE_TOOLS
+from proxy.provider.science_script import checkpoint_for, is_summary_request, tool_output
 from proxy.provider.scripted import Reply, ToolCall
 from tests.integration.test_cassettes import (  # noqa: F401  (fixtures used by name)
     _assert_llm_input_was_sent,

@@ -10,8 +10,8 @@ import anthropic
 import pytest
 import tiktoken
 
-from proxy.demo.science import PLANTED_FACT, TOOLS, ScienceModel, is_summary_request, tool_output
 from proxy.ingress.chat.wire import check_tool_pairing
+from proxy.provider.science_script import PLANTED_FACT, TOOLS, ScienceModel, is_summary_request, tool_output
 from tests.integration.conftest import route_to
 
 WINDOW = 16_000

@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.demo.science import PLANTED_FACT, TOOLS, ScienceModel, client_tool_result, is_summary_request
 from proxy.kernel.config import ModelRoute
+from proxy.provider.science_script import PLANTED_FACT, TOOLS, ScienceModel, client_tool_result, is_summary_request
 from proxy.provider.scripted import Reply
 
 WINDOW = 16_000

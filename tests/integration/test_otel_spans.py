@@ -23,9 +23,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from proxy.app import create_app
-from proxy.demo.science import ScienceModel, is_summary_request
 from proxy.kernel.config import Settings
 from proxy.observe.otel import provider_and_model
+from proxy.provider.science_script import ScienceModel, is_summary_request
 from proxy.provider.scripted import serve_in_thread
 from tests.integration.test_metrics import STEPS, WINDOW, refusing_once, run_agent, science_route
 

@@ -11,7 +11,7 @@ import jsonschema
 import openai
 import pytest
 
-from proxy.demo.science import is_summary_request
+from proxy.provider.science_script import is_summary_request
 from proxy.provider.scripted import Reply
 
 SCHEMAS = json.loads((Path(__file__).parents[1] / "data" / "openai-chat-schemas.json").read_text())

@@ -16,9 +16,9 @@ import vcr.serialize
 from vcr.serializers import yamlserializer
 
 from proxy.cli import main
-from proxy.demo.science import TOOLS, ScienceModel, client_tool_result, is_summary_request
 from proxy.kernel.config import ModelRoute, Settings
 from proxy.provider.cassette import CALL_HEADER, read_recordings
+from proxy.provider.science_script import TOOLS, ScienceModel, client_tool_result, is_summary_request
 from proxy.provider.scripted import Reply, ToolCall
 from proxy.replay.page import render
 from proxy.replay.replay import replay

@@ -279,7 +279,7 @@ async def test_a_checkpoint_one_replica_wrote_is_reused_by_the_other(
     """Real compaction across replicas: a long run in a small window makes the replica serving a turn
     summarize (the scripted model writes the checkpoint); the other replica's next turn applies that
     stored checkpoint instead of summarizing again."""
-    from proxy.demo.science import TOOLS, ScienceModel, client_tool_result
+    from proxy.provider.science_script import TOOLS, ScienceModel, client_tool_result
 
     steps = 30  # tiktoken-based counts compact less often than the conservative ones did
     model = ScienceModel(steps)

@@ -19,7 +19,7 @@ import openai
 import pytest
 
 from proxy.cli import main as cli
-from proxy.demo.science import TOOLS, ScienceModel, client_tool_result
+from proxy.provider.science_script import TOOLS, ScienceModel, client_tool_result
 from tests.integration.conftest import route_to
 
 WINDOW = 16_000

@@ -15,9 +15,9 @@ import openai
 import pytest
 import tiktoken
 
-from proxy.demo.science import TOOLS as SCIENCE_TOOLS
-from proxy.demo.science import ScienceModel, client_tool_result, is_summary_request
 from proxy.ingress.chat.wire import check_tool_pairing
+from proxy.provider.science_script import TOOLS as SCIENCE_TOOLS
+from proxy.provider.science_script import ScienceModel, client_tool_result, is_summary_request
 from proxy.provider.scripted import Reply, ToolCall
 from tests.integration.conftest import MODEL, route_to
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from proxy.demo.science import PLANTED_FACT, TOOLS, ScienceModel, is_summary_request, tool_output
 from proxy.kernel.config import ModelRoute
+from proxy.provider.science_script import PLANTED_FACT, TOOLS, ScienceModel, is_summary_request, tool_output
 from proxy.provider.scripted import Reply
 from proxy.session import open_store
 from tests.integration.conftest import route_to

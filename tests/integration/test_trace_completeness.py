@@ -12,8 +12,8 @@ import openai
 import pytest
 
 from proxy.cli import main as cli
-from proxy.demo.science import TOOLS, ScienceModel, client_tool_result
 from proxy.kernel.config import ModelRoute
+from proxy.provider.science_script import TOOLS, ScienceModel, client_tool_result
 
 PROBES = '''
 """Two third-party contributors: one that raises, one that reports a diagnostic of its own."""

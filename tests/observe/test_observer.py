@@ -1,5 +1,5 @@
 """The observation port: every model call reaches the observers, traces on or off, and a failing observer
-never fails the turn (``TurnRunner`` with a real SQLite store and a ``FakeBackend``)."""
+never fails the turn (``TurnService`` with a real SQLite store and a ``FunctionBackend``)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from proxy.builder import build_runner
+from proxy.builder import build_service
 from proxy.kernel.config import Settings
-from proxy.observe.call_facts import Observers, endpoint, status
+from proxy.observe.call_facts import endpoint, status
+from proxy.provider.function import FunctionBackend, completion
 from proxy.runtime.answers import Completion
 from proxy.runtime.assembly import TurnRequest
+from proxy.runtime.observers import Observers
 from proxy.runtime.trace_record import CallRecord
 from proxy.session.sqlite import SqliteSessionStore
-from tests.runtime.fakes import FakeBackend, completion
 from tests.runtime.test_turn import IDENTITY, ROUTE, SECRET, body
 
 
@@ -52,9 +53,9 @@ async def test_a_failing_observer_is_logged_and_the_next_one_still_sees_the_call
 ) -> None:
     recording = Recording()
     settings = Settings(data_dir=tmp_path / "data", models=(ROUTE,), trace_enabled=False, framing_secret=SECRET)
-    backend = FakeBackend(lambda llm_input: completion({"content": "Measured."}))
+    backend = FunctionBackend(lambda llm_input: completion({"content": "Measured."}))
     observers = Observers([Broken(), recording])
-    runner = build_runner(settings, store, backend, lambda model: (None, None), SECRET, observer=observers)
+    runner = build_service(settings, store, backend, lambda model: (None, None), SECRET, observer=observers)
 
     with caplog.at_level(logging.ERROR, logger="context_proxy.observe"):
         result = await runner.run(body(tools=()), IDENTITY, ROUTE)

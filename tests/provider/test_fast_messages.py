@@ -53,7 +53,7 @@ _MESSAGE = st.fixed_dictionaries(
 
 
 def _litellm_steps(messages: list[dict[str, Any]], name: str) -> list[Any]:
-    """What ``Route.prepare`` ran before: litellm's three steps, on a copy (the first writes into it)."""
+    """What ``Adapter.prepare`` ran before: litellm's three steps, on a copy (the first writes into it)."""
     config, model, provider, api_base = CONFIGS[name]
     fixed = PARTS["validate_and_fix_openai_messages"](messages=copy.deepcopy(messages))
     fixed = PARTS["get_completion_messages"](
@@ -67,7 +67,7 @@ def _litellm_steps(messages: list[dict[str, Any]], name: str) -> list[Any]:
 
 
 def _fast_steps(messages: list[dict[str, Any]], name: str) -> list[Any] | None:
-    """What ``Route.prepare`` runs now: the one pass, and the translation only for a config not pinned."""
+    """What ``Adapter.prepare`` runs now: the one pass, and the translation only for a config not pinned."""
     config, model, provider, api_base = CONFIGS[name]
     plain = plain_messages(messages)
     if plain is None:

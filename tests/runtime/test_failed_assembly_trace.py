@@ -14,12 +14,12 @@ from proxy.context.estimators import ConservativeTokenEstimator
 from proxy.context.pipeline import AssemblyInput, ContextPipeline, PipelineConfig, PipelineFailed
 from proxy.context.registry import ContextContributorRegistry
 from proxy.context.types import ContributionRequest, ContributorOutput, Scope
-from proxy.ingress.identify import SessionIdentity
 from proxy.kernel.canonical import HistoryEntry
 from proxy.kernel.config import ModelRoute
 from proxy.kernel.errors import AssemblyFailed
 from proxy.runtime.assembly import TurnRequest
 from proxy.runtime.limits import ModelLimits
+from proxy.runtime.session_identity import SessionIdentity
 from proxy.runtime.trace import SCHEMA_VERSION
 from proxy.runtime.trace_record import CallRecord, trace_json
 from proxy.session.store import Reconciliation

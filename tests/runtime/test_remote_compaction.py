@@ -9,15 +9,15 @@ from typing import Any
 
 from proxy.context.checkpoint import validate_checkpoint
 from proxy.context.estimators import ConservativeTokenEstimator
-from proxy.demo.science import checkpoint_for
 from proxy.kernel.config import ModelRoute
 from proxy.kernel.errors import ProviderError
+from proxy.provider.science_script import checkpoint_for
 from proxy.runtime.remote_compaction import write_checkpoint
 
 ROUTE = ModelRoute("m", {"model": "openai/m"})
 
 
-class FakeBackend:
+class FunctionBackend:
     """Answers every summary with ``answer`` (or raises it); keeps what it was sent."""
 
     def __init__(self, answer: str | ProviderError) -> None:
@@ -48,7 +48,7 @@ def _history(steps: int, output_chars: int) -> list[dict[str, Any]]:
 
 
 async def test_the_summary_request_of_a_history_far_over_the_window_fits_it():
-    backend = FakeBackend(checkpoint_for(""))
+    backend = FunctionBackend(checkpoint_for(""))
     limit = 8_000
     outcome = await write_checkpoint(backend, ROUTE, _history(30, 40_000), None, "h", 500, "nonce", limit)
     (sent,) = backend.history
@@ -59,7 +59,7 @@ async def test_the_summary_request_of_a_history_far_over_the_window_fits_it():
 
 
 async def test_a_failing_summarizer_gives_a_deterministic_checkpoint_within_budget():
-    backend = FakeBackend(ProviderError("down", code="upstream"))
+    backend = FunctionBackend(ProviderError("down", code="upstream"))
     outcome = await write_checkpoint(backend, ROUTE, _history(50, 2_000), None, "h", 600, "nonce", 100_000)
     assert len(backend.history) == 1 and outcome.fallback is not None and "down" in outcome.fallback
     text = outcome.checkpoint.text

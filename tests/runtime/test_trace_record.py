@@ -18,11 +18,11 @@ from proxy.context.pipeline import AssemblyRecord, CompactionRecord, RenderedCon
 from proxy.context.renderer import RenderedPrompt
 from proxy.context.types import Diagnostic, Section
 from proxy.context.window import WindowResult, WindowStatistics
-from proxy.ingress.identify import SessionIdentity
 from proxy.kernel.config import ModelRoute
 from proxy.runtime.assembly import Candidate, CandidateRecord, SummaryBackoff, TurnRequest
 from proxy.runtime.calibration import TokenAccounting
 from proxy.runtime.limits import ModelLimits
+from proxy.runtime.session_identity import SessionIdentity
 from proxy.runtime.trace import SCHEMA_VERSION
 from proxy.runtime.trace_record import CallRecord, trace_json
 from proxy.session.store import Reconciliation

@@ -1,4 +1,4 @@
-"""``TurnRunner`` with the dynamic assembler, a real SQLite store and a ``FakeBackend``: no HTTP, no litellm.
+"""``TurnService`` with the dynamic assembler, a real SQLite store and a ``FunctionBackend``: no HTTP, no litellm.
 
 Proxy-owned tool rounds use ``find_tools`` (offered while a deferred client tool waits for promotion).
 """
@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from proxy.builder import build_runner
+from proxy.builder import build_service
 from proxy.context import estimators
-from proxy.ingress.identify import SessionIdentity
 from proxy.kernel.config import ModelRoute, Settings
 from proxy.kernel.errors import ContextOverflow, SessionConflict
+from proxy.provider.function import FunctionBackend, Handler, completion, tool_call
 from proxy.runtime.answers import BufferedStream, Completion, LiveStream, TurnResult
-from proxy.runtime.service import TurnRunner
+from proxy.runtime.service import TurnService
+from proxy.runtime.session_identity import SessionIdentity
 from proxy.session.sqlite import SqliteSessionStore
-from tests.runtime.fakes import FakeBackend, Handler, completion, tool_call
 
 SECRET = b"k" * 32
 ROUTE = ModelRoute(
@@ -58,7 +58,7 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteSessionStore]:
 
 def runner_for(
     tmp_path: Path, store: SqliteSessionStore, handler: Handler, **overrides: Any
-) -> tuple[TurnRunner, FakeBackend]:
+) -> tuple[TurnService, FunctionBackend]:
     settings = Settings(
         **{
             "data_dir": tmp_path / "data",
@@ -69,8 +69,8 @@ def runner_for(
             **overrides,
         }
     )
-    backend = FakeBackend(handler)
-    return build_runner(settings, store, backend, lambda model: (None, None), SECRET), backend
+    backend = FunctionBackend(handler)
+    return build_service(settings, store, backend, lambda model: (None, None), SECRET), backend
 
 
 def traces(tmp_path: Path) -> dict[str, dict[str, Any]]:

@@ -1,20 +1,23 @@
-"""The Responses API routes' work: ``POST /v1/responses`` (and ``/compact``), ``GET /v1/responses/{id}``.
+"""The Responses ingress: ``POST /v1/responses`` (and ``/compact``), ``GET /v1/responses/{id}``.
 
-The request is translated to the canonical chat body (``responses.py``) and served by the same
-``TurnRunner`` as ``/v1/chat/completions``; the answer is translated back (``responses_output.py``,
-``responses_stream.py``). Errors keep OpenAI's shape (the app's one renderer), in a stream
-``response.failed``.
+The request is translated to the canonical chat body (``request.py``) and served by the turn service
+through the front door, like ``/v1/chat/completions``; the answer is translated back (``output.py``,
+``stream.py``). A compaction (Codex's ``compaction_trigger``, or ``POST /v1/responses/compact``) is the
+turn service's ``compact``: the proxy's own checkpoint, answered as one ``compaction`` item. Errors keep
+OpenAI's shape, in a stream ``response.failed``.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
 
-from proxy.context.checkpoint import Checkpoint
-from proxy.ingress.identify import SessionIdentity, identify
+from proxy.edge.answering import answering
+from proxy.ingress.front_door import FrontDoor, context_headers, naming_session
 from proxy.ingress.responses.output import (
     assistant_message,
     completion_status,
@@ -23,7 +26,7 @@ from proxy.ingress.responses.output import (
     response_object,
     usage_of,
 )
-from proxy.ingress.responses.records import ResponseRecord, ResponseRecords, new_response_id, token_context
+from proxy.ingress.responses.records import ResponseRecord, ResponseRecords, new_response_id
 from proxy.ingress.responses.request import (
     COMPACTION_TRIGGER,
     ResponsesRequest,
@@ -34,14 +37,14 @@ from proxy.ingress.responses.request import (
     translate_tools,
 )
 from proxy.ingress.responses.stream import ResponseStream
-from proxy.kernel.config import Mode, ModelRoute, Settings
-from proxy.kernel.errors import InvalidRequest, ModelNotFound, ProxyError, SessionConflict
+from proxy.kernel.config import ModelRoute
+from proxy.kernel.errors import InvalidRequest, ProxyError
 from proxy.kernel.jsonio import JSONAnswer, dumps
 from proxy.runtime.answers import Completion
-from proxy.runtime.compaction_trace import compaction_trace
-from proxy.runtime.remote_compaction import write_checkpoint
-from proxy.runtime.service import TurnRunner
-from proxy.session.store import SessionBusy
+from proxy.runtime.issued_checkpoints import IssuedCheckpoint
+from proxy.runtime.remote_compaction import CompactionRequest
+from proxy.runtime.service import TurnService
+from proxy.runtime.session_identity import SessionIdentity
 
 
 class PreviousResponseNotFound(ProxyError):
@@ -53,61 +56,63 @@ class PreviousResponseNotFound(ProxyError):
 
 
 class ResponsesIngress:
-    """Serves the Responses API over the app's runner.
+    """Serves the Responses API through the front door."""
 
-    ``runner`` returns it once the app has started, and before that raises the app's 503 "starting"
-    error (``Services.ready_runner``), asked only when a request has got as far as needing it.
-    """
+    def __init__(self, front: FrontDoor) -> None:
+        self._front = front
 
-    def __init__(self, settings: Settings, runner: Callable[[], TurnRunner]) -> None:
-        self._settings = settings
-        self._ready = runner
+    def routes(self) -> list[Route]:
+        """The ingress's routes, each answering its errors in OpenAI's shape."""
+        create, retrieve = answering(self.create), answering(self.retrieve)
+        return [
+            Route("/v1/responses", create, methods=["POST"]),
+            Route("/responses", create, methods=["POST"]),
+            Route("/v1/responses/compact", create, methods=["POST"]),
+            Route("/responses/compact", create, methods=["POST"]),
+            Route("/v1/responses/{response_id}", retrieve, methods=["GET"]),
+            Route("/responses/{response_id}", retrieve, methods=["GET"]),
+        ]
 
-    async def create(self, body: Any, headers: Mapping[str, str], mode: Mode, *, compact: bool = False) -> Response:
-        """``POST /v1/responses``; ``compact`` for ``POST /v1/responses/compact``."""
+    async def create(self, http: Request) -> Response:
+        """``POST /v1/responses``, and ``POST /v1/responses/compact``."""
+        front = self._front
+        front.authorize(http)
+        body = await front.reader.json(http)
+        mode = front.mode(http)
         request = parse_responses_request(body)
-        route = self._settings.route(request.model)
-        if route is None:
-            raise ModelNotFound(
-                f"The model {request.model!r} does not exist or you do not have access to it.", param="model"
-            )
-        runner = self._ready()
-        records = ResponseRecords(runner.store)
+        route = front.route(request.model)
+        service = front.service
+        records = ResponseRecords(service.store)
         items = input_items(request)
         triggers = [
             i for i, item in enumerate(items) if isinstance(item, dict) and item.get("type") == COMPACTION_TRIGGER
         ]
         if triggers and triggers != [len(items) - 1]:
             raise InvalidRequest("compaction_trigger must be the last input item.", param=f"input.{triggers[0]}")
-        compact = compact or bool(triggers)
+        compact_endpoint = http.url.path.endswith("/compact") and not triggers
         items = items[: triggers[0]] if triggers else items
         tools = translate_tools(request.tools or [])
-        checkpoints = await _issued_checkpoints(records, items)
-        in_place = {token: cp.message(runner.framing_nonce(token_context(token))) for token, cp in checkpoints.items()}
-        translated = translate_input(items, tools, in_place)
+        checkpoints = await service.issued_checkpoints(_compaction_tokens(items))
+        translated = translate_input(items, tools, {token: issued.message for token, issued in checkpoints.items()})
         previous = await self._previous(records, request)
-        history = [] if previous is None else await self._chain(runner, previous)
+        history = [] if previous is None else await _chain(service, previous)
         messages = ([{"role": "system", "content": request.instructions}] if request.instructions else []) + history
         messages += translated.messages
         if not messages:
             raise InvalidRequest("input is empty: send at least one message.", param="input")
         chat = build_chat_body(request, messages, translated, tools)
-        identity = identify(headers, {**chat.body, "prompt_cache_key": request.prompt_cache_key})
+        identity = front.identify(http.headers, {**chat.body, "prompt_cache_key": request.prompt_cache_key})
         if previous is not None and identity.source == "fingerprint":
             identity = SessionIdentity(previous.context_id, "body:previous_response_id", identity.scope)
-        context = {"x-context-id": identity.context_id, "x-context-mode": mode}
-        try:
-            if compact:
-                last = list(checkpoints.values())[-1] if checkpoints else None
+        if compact_endpoint or triggers:
+            last = list(checkpoints.values())[-1] if checkpoints else None
+            with naming_session(identity, mode):
                 return await self._compact(
-                    runner, request, route, identity, messages, last, compact_endpoint=not triggers
+                    service, request, route, identity, messages, last, http, compact_endpoint=compact_endpoint
                 )
-            result = await runner.run(chat.body, identity, route, headers, mode, ingress=chat.notes)
-        except ProxyError as exc:
-            exc.headers.update(context)
-            raise
+        result = await front.run(chat.body, identity, route, http.headers, mode, ingress=chat.notes)
         response_id = new_response_id(identity.context_id)
-        remember = self._remembering(runner, records, request, identity, chat.body["messages"], response_id)
+        remember = _remembering(service, records, request, identity, chat.body["messages"], response_id)
         if not isinstance(result.answer, Completion):
             stream = ResponseStream(response_id, request, chat.tools, remember)
             return StreamingResponse(
@@ -128,9 +133,11 @@ class ResponsesIngress:
         await remember(response, message)
         return JSONAnswer(response, headers=result.headers)
 
-    async def retrieve(self, response_id: str) -> Response:
+    async def retrieve(self, http: Request) -> Response:
         """``GET /v1/responses/{id}``: a stored response (never one created with ``store: false``)."""
-        record = await ResponseRecords(self._ready().store).get(response_id)
+        self._front.authorize(http)
+        response_id = http.path_params["response_id"]
+        record = await ResponseRecords(self._front.service.store).get(response_id)
         if record is None:
             raise ProxyError(
                 f"No response with id {response_id!r} is stored (responses created with store: false are not).",
@@ -153,78 +160,25 @@ class ResponsesIngress:
             )
         return record
 
-    async def _chain(self, runner: TurnRunner, previous: ResponseRecord) -> list[dict[str, Any]]:
-        """The stored chain a previous response ended, without its instructions (they are not inherited)."""
-        stored = await runner.store.transcript(previous.context_id, previous.head_hash)
-        messages = [dict(item.message) for item in stored]
-        return messages[1:] if previous.has_instructions else messages
-
-    def _remembering(
-        self,
-        runner: TurnRunner,
-        records: ResponseRecords,
-        request: ResponsesRequest,
-        identity: SessionIdentity,
-        messages: list[dict[str, Any]],
-        response_id: str,
-    ) -> Callable[[dict[str, Any], dict[str, Any]], Any]:
-        async def remember(response: dict[str, Any], message: dict[str, Any]) -> None:
-            """Store the answer after the request's chain and the response under its id (unless store: false)."""
-            if request.store is False:
-                return
-            try:
-                async with runner.store.turn_lock(identity.context_id):
-                    chain = [*messages, assistant_message(message)]
-                    reconciled = await runner.store.reconcile(identity.context_id, identity.scope, chain)
-                    record = ResponseRecord(
-                        identity.context_id, reconciled.head_hash, bool(request.instructions), response
-                    )
-                    await records.put(response_id, record)
-            except SessionBusy as exc:
-                raise SessionConflict(str(exc)) from exc
-
-        return remember
-
     async def _compact(
         self,
-        runner: TurnRunner,
+        service: TurnService,
         request: ResponsesRequest,
         route: ModelRoute,
         identity: SessionIdentity,
         messages: list[dict[str, Any]],
-        previous: Checkpoint | None,
+        previous: IssuedCheckpoint | None,
+        http: Request,
         *,
         compact_endpoint: bool,
     ) -> Response:
         """Answer a compaction with exactly one ``compaction`` item naming the proxy's new checkpoint."""
-        summary_route = (
-            self._settings.route(self._settings.summary_model) if self._settings.summary_model else None
-        ) or route
-        limit = runner.limits_for(route).effective_input_tokens
-        try:
-            async with runner.store.turn_lock(identity.context_id):
-                reconciled = await runner.store.reconcile(identity.context_id, identity.scope, messages)
-                outcome = await write_checkpoint(
-                    runner.backend,
-                    summary_route,
-                    messages,
-                    previous,
-                    reconciled.head_hash,
-                    max(256, limit // 10),
-                    runner.framing_nonce(identity.context_id),
-                    runner.limits_for(summary_route).effective_input_tokens - max(256, limit // 10),
-                )
-                checkpoint = outcome.checkpoint
-                token = await ResponseRecords(runner.store).put_checkpoint(identity.context_id, checkpoint)
-                if runner.traces is not None:
-                    turn = await runner.store.next_turn(identity.context_id)
-                    record = compaction_trace(
-                        runner, route, summary_route, identity, reconciled, turn, messages, outcome, compact_endpoint
-                    )
-                    runner.traces.write(identity.context_id, turn, record)
-        except SessionBusy as exc:
-            raise SessionConflict(str(exc)) from exc
-        item = {"type": "compaction", "id": new_id("cmp"), "encrypted_content": token}
+        kind = "responses/compact" if compact_endpoint else "compaction_trigger"
+        compaction = CompactionRequest(
+            identity, route, messages, previous.checkpoint if previous else None, kind, http.headers
+        )
+        result = await service.compact(compaction)
+        item = {"type": "compaction", "id": new_id("cmp"), "encrypted_content": result.token}
         output: list[dict[str, Any]] = [item]
         if compact_endpoint:  # v1 replaces the client's whole history with the output: keep its user messages
             output = [
@@ -234,12 +188,11 @@ class ResponsesIngress:
                 and isinstance(m.get("content"), str)
                 and not m["content"].startswith("<checkpoint")
             ] + [item]
-        checkpoint_tokens = len(checkpoint.message(runner.framing_nonce(identity.context_id))["content"]) // 4
-        usage = usage_of({"prompt_tokens": checkpoint_tokens, "completion_tokens": 0})
+        usage = usage_of({"prompt_tokens": result.checkpoint_tokens, "completion_tokens": 0})
         response = response_object(
             new_response_id(identity.context_id), request, status="completed", output=output, usage=usage
         )
-        headers = {"x-context-id": identity.context_id, "x-context-mode": "dynamic"}
+        headers = context_headers(identity, "dynamic")
         if compact_endpoint or not request.stream:
             if compact_endpoint:
                 response["object"] = "response.compaction"
@@ -247,16 +200,40 @@ class ResponsesIngress:
         return StreamingResponse(_sse(_compaction_events(response)), media_type="text/event-stream", headers=headers)
 
 
-async def _issued_checkpoints(records: ResponseRecords, items: list[dict[str, Any]]) -> dict[str, Checkpoint]:
-    """The checkpoints named by the compaction items of ``items`` that this proxy issued, in order."""
-    found: dict[str, Checkpoint] = {}
-    for item in items:
-        token = item.get("encrypted_content") if isinstance(item, dict) and item.get("type") == "compaction" else None
-        if isinstance(token, str):
-            checkpoint = await records.checkpoint(token)
-            if checkpoint is not None:
-                found[token] = checkpoint
-    return found
+async def _chain(service: TurnService, previous: ResponseRecord) -> list[dict[str, Any]]:
+    """The stored chain a previous response ended, without its instructions (they are not inherited)."""
+    stored = await service.store.transcript(previous.context_id, previous.head_hash)
+    messages = [dict(item.message) for item in stored]
+    return messages[1:] if previous.has_instructions else messages
+
+
+def _remembering(
+    service: TurnService,
+    records: ResponseRecords,
+    request: ResponsesRequest,
+    identity: SessionIdentity,
+    messages: list[dict[str, Any]],
+    response_id: str,
+) -> Callable[[dict[str, Any], dict[str, Any]], Any]:
+    async def remember(response: dict[str, Any], message: dict[str, Any]) -> None:
+        """Store the answer after the request's chain and the response under its id (unless store: false)."""
+        if request.store is False:
+            return
+        head = await service.record_answer(identity, [*messages, assistant_message(message)])
+        await records.put(response_id, ResponseRecord(identity.context_id, head, bool(request.instructions), response))
+
+    return remember
+
+
+def _compaction_tokens(items: list[dict[str, Any]]) -> list[str]:
+    """The tokens of the ``compaction`` items among ``items``, in order."""
+    return [
+        item["encrypted_content"]
+        for item in items
+        if isinstance(item, dict)
+        and item.get("type") == "compaction"
+        and isinstance(item.get("encrypted_content"), str)
+    ]
 
 
 async def _compaction_events(response: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:

@@ -1,16 +1,12 @@
-"""Stored responses (``previous_response_id``, ``GET /v1/responses/{id}``) and issued compaction tokens.
+"""Stored responses (``previous_response_id``, ``GET /v1/responses/{id}``).
 
-Both live in the session store's state channels (session-wide), so there is no extra table and no
+They live in the session store's state channels (session-wide), so there is no extra table and no
 extra database. A response id embeds its session's context id (``resp_<24 hex nonce><context id>``),
 which is how a retrieval without any session header finds the right session; the record names the
 chain head of the stored transcript *including* the assistant answer, so the chain a
 ``previous_response_id`` continues is exactly the one that response ended. A response created with
 ``store: false`` gets no record: it is not retrievable and cannot be continued by id, although the
 transcript the assembly needs is stored as for any request.
-
-A compaction token (``cpx1.<32 hex nonce>.<context id>``) names a checkpoint the proxy wrote for a
-remote compaction. The nonce is random (128 bits) and the record is looked up only in the session
-the token names, so a token cannot be guessed and means nothing to another deployment.
 """
 
 from __future__ import annotations
@@ -20,12 +16,10 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.context.checkpoint import Checkpoint
 from proxy.session.store import SessionStore
 
 SESSION_WIDE = ""
 _RESPONSE_ID = re.compile(r"resp_([0-9a-f]{24})([A-Za-z0-9._-]{1,128})")
-_TOKEN = re.compile(r"cpx1\.([0-9a-f]{32})\.([A-Za-z0-9._-]{1,128})")
 
 
 @dataclass(frozen=True)
@@ -44,7 +38,7 @@ def new_response_id(context_id: str) -> str:
 
 
 class ResponseRecords:
-    """Reads and writes response records and compaction checkpoints in the session store."""
+    """Reads and writes response records in the session store (through its port; no lock is needed)."""
 
     def __init__(self, store: SessionStore) -> None:
         self._store = store
@@ -65,33 +59,6 @@ class ResponseRecords:
             return None
         return ResponseRecord(context_id, str(value["head"]), bool(value["instructions"]), dict(value["response"]))
 
-    async def put_checkpoint(self, context_id: str, checkpoint: Checkpoint) -> str:
-        """Store a checkpoint for a remote compaction; returns the opaque token that names it."""
-        nonce = secrets.token_hex(16)
-        await self._store.put_state(context_id, SESSION_WIDE, f"responses.compaction.{nonce}", checkpoint.to_record())
-        return f"cpx1.{nonce}.{context_id}"
-
-    async def checkpoint(self, token: str) -> Checkpoint | None:
-        """The checkpoint a token names, or ``None`` for a token this proxy did not issue."""
-        match = _TOKEN.fullmatch(token)
-        if match is None:
-            return None
-        record = await self._store.state(match.group(2), SESSION_WIDE, f"responses.compaction.{match.group(1)}")
-        if not isinstance(record, dict):
-            return None
-        try:
-            return Checkpoint.from_record(record)
-        except (KeyError, TypeError, ValueError):
-            return None
-
 
 def _channel(response_id: str) -> str:
     return f"responses.response.{response_id}"
-
-
-def token_context(token: str) -> str:
-    """The context id a compaction token names (the token was issued by :meth:`ResponseRecords.put_checkpoint`)."""
-    match = _TOKEN.fullmatch(token)
-    if match is None:
-        raise ValueError(f"not a compaction token: {token!r}")
-    return match.group(2)

@@ -14,7 +14,7 @@ Decisions a client can see (docs/clients.md repeats them):
 - Reasoning items are dropped: their ``encrypted_content`` means something only to OpenAI's own
   Responses backend, and Chat Completions has no input for them. ``reasoning.effort`` is not
   forwarded either (a non-reasoning model would reject it). Both are recorded in the trace.
-- A ``compaction`` item the proxy issued stands for the proxy's checkpoint (``compaction.py``).
+- A ``compaction`` item the proxy issued stands for the proxy's checkpoint (``proxy/runtime/remote_compaction.py``).
 """
 
 from __future__ import annotations

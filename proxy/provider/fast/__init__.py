@@ -10,7 +10,7 @@ failures raised as that handler raises them and mapped by litellm's ``exception_
 is named in ``surface.LITELLM_SURFACE`` (a unit test imports each one, so an upgrade that moves one fails
 loudly) and is used only here.
 
-The rule (each route's ``accepted``): a non-streamed call with an ``api_base`` and an ``api_key``, only
+The rule (each adapter's ``accepted``): a non-streamed call with an ``api_base`` and an ``api_key``, only
 the route's keys and parameters, plain text or tool messages and plain function tools, a model litellm
 does not bridge to the Responses API, no litellm ``proxy_auth``; and per provider:
 
@@ -36,11 +36,11 @@ from typing import Any
 import httpx
 
 from proxy.provider.fast import surface
-from proxy.provider.fast.anthropic import AnthropicRoute
-from proxy.provider.fast.azure import AzureRoute
-from proxy.provider.fast.base import Route
+from proxy.provider.fast.anthropic import AnthropicAdapter
+from proxy.provider.fast.azure import AzureAdapter
+from proxy.provider.fast.base import Adapter
 from proxy.provider.fast.messages import MessageScan
-from proxy.provider.fast.openai import OpenAIRoute
+from proxy.provider.fast.openai import OpenAIAdapter
 from proxy.provider.fast.surface import LITELLM_SURFACE
 
 __all__ = ["LITELLM_SURFACE", "FastCall", "FastPath"]
@@ -50,21 +50,25 @@ _MAX_CONNECTIONS = 200
 
 @dataclass(frozen=True)
 class FastCall:
-    """A call the fast path took: its route, its arguments, and what the route's check made of its
-    messages (the check and the message steps are one pass over a history of thousands)."""
+    """A call the fast path took: the provider adapter, its arguments, and what the adapter's check made of
+    its messages (the check and the message steps are one pass over a history of thousands)."""
 
-    route: Route
+    adapter: Adapter
     llm_input: dict[str, Any]
     scan: MessageScan
 
 
 class FastPath:
-    """Serves the calls some route accepts, over one pool of provider connections."""
+    """Serves the calls some provider adapter accepts, over one pool of provider connections."""
 
     def __init__(self, litellm: Any) -> None:
         parts = surface.load()
-        routes: list[Route] = [OpenAIRoute(litellm, parts), AzureRoute(litellm, parts), AnthropicRoute(litellm, parts)]
-        self._routes = {f"{route.provider}/": route for route in routes}
+        adapters: list[Adapter] = [
+            OpenAIAdapter(litellm, parts),
+            AzureAdapter(litellm, parts),
+            AnthropicAdapter(litellm, parts),
+        ]
+        self._adapters = {f"{adapter.provider}/": adapter for adapter in adapters}
         self._client: httpx.AsyncClient | None = None  # made on first use: a backend built only to read
         # the model map (start-up checks) opens no pool
 
@@ -80,9 +84,9 @@ class FastPath:
 
     def accepted(self, llm_input: dict[str, Any]) -> FastCall | None:
         """The call, for ``complete``, when the fast path sends exactly what acompletion would; else ``None``."""
-        route = self._route(llm_input)
-        scan = route.accepted(llm_input) if route is not None else None
-        return None if route is None or scan is None else FastCall(route, llm_input, scan)
+        adapter = self._adapter(llm_input)
+        scan = adapter.accepted(llm_input) if adapter is not None else None
+        return None if adapter is None or scan is None else FastCall(adapter, llm_input, scan)
 
     async def complete(self, call: FastCall, timeout: float) -> Any:
         """One provider call that ``accepted`` took; returns litellm's ``ModelResponse`` or raises a litellm
@@ -91,9 +95,9 @@ class FastPath:
             limits = httpx.Limits(max_connections=_MAX_CONNECTIONS, max_keepalive_connections=_MAX_CONNECTIONS)
             self._client = httpx.AsyncClient(limits=limits, follow_redirects=False)
         # litellm resolves a route's timeout to a float (and says so in its errors)
-        return await call.route.complete(self._client, call.llm_input, float(timeout), call.scan)
+        return await call.adapter.complete(self._client, call.llm_input, float(timeout), call.scan)
 
-    def _route(self, llm_input: dict[str, Any]) -> Route | None:
+    def _adapter(self, llm_input: dict[str, Any]) -> Adapter | None:
         model = llm_input.get("model")
         prefix = model.split("/", 1)[0] + "/" if isinstance(model, str) else ""
-        return self._routes.get(prefix)
+        return self._adapters.get(prefix)

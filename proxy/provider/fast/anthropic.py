@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from proxy.provider.fast.base import Prepared, Route, post_json
+from proxy.provider.fast.base import Adapter, Prepared, post_json
 from proxy.provider.fast.messages import MessageScan
 
 # What Anthropic's parameter mapping takes without dropping or refusing; the rest goes to acompletion.
@@ -37,7 +37,7 @@ _TIMEOUT_PHASES: dict[type[httpx.TimeoutException], tuple[str, str]] = {
 }
 
 
-class AnthropicRoute(Route):
+class AnthropicAdapter(Adapter):
     """Anthropic's Messages API behind an ``api_base``, with an API key."""
 
     provider = "anthropic"

@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from proxy.provider.fast.base import ROUTE_KEYS, Prepared
-from proxy.provider.fast.openai import OpenAIRoute
+from proxy.provider.fast.openai import OpenAIAdapter
 
 # A deployment name or API version that goes into the URL as it is (the SDK would quote anything else).
 _URL_SAFE = re.compile(r"[A-Za-z0-9._-]+")
@@ -36,7 +36,7 @@ SDK_BODY_ORDER = (
 )  # fmt: skip
 
 
-class AzureRoute(OpenAIRoute):
+class AzureAdapter(OpenAIAdapter):
     """An Azure OpenAI deployment with an API key and a dated API version."""
 
     provider = "azure"

@@ -38,11 +38,11 @@ class Prepared:
     config: Any  # the provider's chat config
     litellm_params: dict[str, Any]  # what completion() hands the provider's handler as litellm_params
     # The messages are the call's own (``MessageScan.sendable``), for a request that puts them in as they
-    # are (``Route._splices``); otherwise they are copies, which a transformation may rewrite.
+    # are (``Adapter._splices``); otherwise they are copies, which a transformation may rewrite.
     spliced: bool = False
 
 
-class Route:
+class Adapter:
     """One provider's way through the fast path: ``accepts`` says whether it would send exactly what
     acompletion sends, ``complete`` makes the call over the shared pool."""
 

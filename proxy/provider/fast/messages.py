@@ -1,10 +1,10 @@
 """litellm's provider-independent message steps, for the plain messages the fast path accepts, in one pass.
 
 ``completion()`` runs three steps over the messages before a provider's transformation sees them
-(``Route.prepare`` runs them in its order): ``validate_and_fix_openai_messages`` (each message copied
+(``Adapter.prepare`` runs them in its order): ``validate_and_fix_openai_messages`` (each message copied
 without its ``None`` fields, its tool calls copied one by one), ``get_completion_messages`` (a copy of
 the list, roles not forced to alternate) and the config's ``translate_developer_role_to_system_role``.
-For the messages ``Route.accepted`` takes (roles system, user, assistant and tool, text content, function
+For the messages ``Adapter.accepted`` takes (roles system, user, assistant and tool, text content, function
 calls: no developer message) the last one hands the list back unchanged, in the two implementations
 pinned here (the base config's, which maps developer messages only, and OpenAI's, which also folds a run
 of system messages into one for a model that declares it must, so a list with two system messages in a
@@ -20,7 +20,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-# The messages the fast path takes (``Route.accepted``): these roles and keys, text content, function calls.
+# The messages the fast path takes (``Adapter.accepted``): these roles and keys, text content, function calls.
 _ROLES = frozenset({"system", "user", "assistant", "tool"})
 _MESSAGE_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "refusal"})
 

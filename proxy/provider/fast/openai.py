@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import openai
 
-from proxy.provider.fast.base import Prepared, Route, chained, post_json
+from proxy.provider.fast.base import Adapter, Prepared, chained, post_json
 from proxy.provider.fast.messages import MessageScan, splices_messages
 
 _OPENAI_PARAMS = (
@@ -35,7 +35,7 @@ _OPENAI_PARAMS = (
 _SDK_OPTION_KEYS = frozenset({"extra_headers", "extra_query", "extra_body"})
 
 
-class OpenAIRoute(Route):
+class OpenAIAdapter(Adapter):
     """An OpenAI-compatible server behind an ``api_base``, called as the openai SDK calls it."""
 
     provider = "openai"

@@ -1,10 +1,10 @@
-"""``FakeBackend(handler)``: a ``ProviderBackend`` that answers with a function, like httpx's
+"""``FunctionBackend(handler)``: a ``ProviderBackend`` that answers with a function, like httpx's
 ``MockTransport(handler)``, and records every call in ``history``.
 
 The handler takes the call's ``llm_input`` and returns a completion (a dict, or just the assistant
 message via ``completion``), or raises a ``ProxyError`` as the real backend does after translating a
-provider error. A stream call gets the same answer as chunks (``stream_buffer.synthesize``), fetched
-lazily so a test can drop it half-way; ``FakeBackend.stream_closed`` says whether the relay closed it.
+provider error. A stream call gets the same answer as chunks (``chunks.synthesize``), fetched
+lazily so a test can drop it half-way; ``FunctionBackend.stream_closed`` says whether the relay closed it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import copy
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from proxy.runtime.stream_buffer import synthesize
+from proxy.provider.chunks import synthesize
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -36,7 +36,7 @@ def tool_call(call_id: str, name: str, arguments: str = "{}") -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-class FakeBackend:
+class FunctionBackend:
     """Answers every model call with ``handler(llm_input)``; ``history`` holds each call's input."""
 
     def __init__(self, handler: Handler) -> None:

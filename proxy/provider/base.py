@@ -1,0 +1,26 @@
+"""The provider port: what the runtime calls a model through, whichever backend serves it.
+
+``LiteLLMBackend`` (``litellm_backend.py``) is the product's; ``FunctionBackend`` (``function.py``)
+answers with a function (tests), ``RecordingBackend`` (``recording.py``) wraps another to record it,
+and the replay command has its own (``proxy/replay/replay.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+
+class ProviderBackend(Protocol):
+    """Calls the model. ``llm_input`` is the turn service's keyword arguments for ``litellm.acompletion``; a
+    backend may add its own (``provider_arguments`` says which, so the trace can show them)."""
+
+    def provider_arguments(self, llm_input: dict[str, Any]) -> dict[str, Any]:
+        """The keyword arguments a call with ``llm_input`` is made with: ``llm_input`` plus what this
+        backend adds. Must not change ``llm_input``."""
+
+    async def complete(self, llm_input: dict[str, Any]) -> dict[str, Any]:
+        """A whole chat completion as an OpenAI response dict."""
+
+    async def stream(self, llm_input: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """Chat completion chunks as OpenAI chunk dicts; the first one is fetched before returning."""
