@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from bench import against
 from bench.assembly import TOOLS, assemble, collection, make_history, median_ms
 from bench.measure import check, median, percentile
 from bench.servers import MASTER_KEY, MODEL
@@ -72,12 +73,19 @@ def _summary(added: list[float]) -> dict[str, float]:
 
 
 def run_history_cost(
-    proxy_url: str, direct_url: str, *, sizes: Sequence[int], repeats: int, warm_requests: int = 30
+    proxy_url: str,
+    direct_url: str,
+    *,
+    sizes: Sequence[int],
+    repeats: int,
+    warm_requests: int = 30,
+    against_url: str | None = None,
 ) -> dict[str, Any]:
     """Added cold/warm milliseconds per history size over HTTP (p50/p95/p99), plus the in-process stages.
 
     ``repeats`` is the least number of cold samples (sessions) per size; ``warm_requests`` the least
-    number of warm samples per size.
+    number of warm samples per size. ``against_url``: an earlier commit's proxy (``--against``), sent every
+    request right after ours, and its figures set against ours per size.
     """
     rows = []
     run_id = time.time_ns()
@@ -89,16 +97,36 @@ def run_history_cost(
             cold_payload = _payload(history[:-1])
             warm_payloads = [_payload(h) for h in warm_histories(history, steps)]
             cold_ms, warm_ms, direct_cold, direct_warm = [], [], [], []
+            their_cold: list[float] = []
+            their_warm: list[float] = []
             for index in range(sessions):
                 session = f"hist-{run_id}-{n}-{index}"
                 direct_cold.append(_post_ms(client, direct_url, cold_payload, session))
                 cold_ms.append(_post_ms(client, proxy_url, cold_payload, session))
+                if against_url is not None:
+                    their_cold.append(_post_ms(client, against_url, cold_payload, session))
                 for payload in warm_payloads:
                     direct_warm.append(_post_ms(client, direct_url, payload, session))
                     warm_ms.append(_post_ms(client, proxy_url, payload, session))
+                    if against_url is not None:
+                        their_warm.append(_post_ms(client, against_url, payload, session))
             base_cold, base_warm = median(direct_cold), median(direct_warm)
             cold = _summary([ms - base_cold for ms in cold_ms])
             warm = _summary([ms - base_warm for ms in warm_ms])
+            compared: dict[str, Any] = {}
+            if against_url is not None:
+                their = {"cold": _summary([ms - base_cold for ms in their_cold])}
+                their["warm"] = _summary([ms - base_warm for ms in their_warm])
+                compared = {
+                    "against": {
+                        "added_cold_ms": their["cold"]["p50"],
+                        "added_warm_ms": their["warm"]["p50"],
+                        "added_warm_p99_ms": their["warm"]["p99"],
+                        "cold_p50_ratio": against.ratio(cold["p50"], their["cold"]["p50"]),
+                        "warm_p50_ratio": against.ratio(warm["p50"], their["warm"]["p50"]),
+                        "warm_p99_ratio": against.ratio(warm["p99"], their["warm"]["p99"]),
+                    }
+                }
             rows.append(
                 {
                     "messages": n,
@@ -115,6 +143,7 @@ def run_history_cost(
                     "added_warm_p95_ms": warm["p95"],
                     "added_warm_p99_ms": warm["p99"],
                     "added_warm_us_per_message": round(warm["p50"] * 1000 / n, 3),
+                    **compared,
                 }
             )
     return {

@@ -1,6 +1,7 @@
 """Part 1: what a small request costs through each path, against calling the provider directly.
 
-Paths: ``direct`` (the scripted provider), ``legacy`` and ``dynamic`` (our proxy), ``litellm-proxy``.
+Paths: ``direct`` (the scripted provider), ``legacy`` and ``dynamic`` (our proxy), ``litellm-proxy``, and
+with ``--against REF`` ``dynamic-against``, that commit's proxy (``bench/against.py``).
 Every repeat measures all paths back to back (in a rotated order, so no path always runs first), so
 "added latency" and the ours/litellm ratios are taken within one repeat; the report shows medians of
 those per-repeat figures.
@@ -13,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from bench import against
 from bench.measure import median, percentile, sequential_ms, throughput_rps
 from bench.servers import MASTER_KEY, MODEL
 
@@ -72,6 +74,17 @@ def run_overhead(
         },
         "per_repeat": per_repeat,
     }
+    if against.PATH_NAME in urls:
+        # Ours against the earlier commit (``--against``): below 1.0 is faster, for throughput above 1.0.
+        result["against"] = {
+            "added_p50": median(
+                [against.ratio(r["dynamic"]["added_p50_ms"], r[against.PATH_NAME]["added_p50_ms"]) for r in per_repeat]
+            ),
+            "added_p95": median(
+                [against.ratio(r["dynamic"]["added_p95_ms"], r[against.PATH_NAME]["added_p95_ms"]) for r in per_repeat]
+            ),
+            "rps": median([against.ratio(r["dynamic"]["rps"], r[against.PATH_NAME]["rps"]) for r in per_repeat]),
+        }
     if "litellm-proxy" in urls:
         ratios: dict[str, float] = {}
         for ours in ("legacy", "dynamic"):

@@ -152,7 +152,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"{report['date']} · {'QUICK smoke run' if report['quick'] else 'full run'} · {report.get('seconds', '?')} s",
         "",
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['platform']}; Python {m['python']}; litellm {m['litellm']} "
-        f"(ours), {m.get('litellm_proxy_venv_litellm') or 'not installed'} (litellm proxy venv); commit {m['commit']}.",
+        f"(ours), {m.get('litellm_proxy_venv_litellm') or 'not installed'} (litellm proxy venv); commit {m['commit']}"
+        + (f", measured against {m['against_commit']} in the same run." if m.get("against_commit") else "."),
         "",
         "Every figure is a median over repeats; every comparison is a ratio taken within one repeat.",
         "",
@@ -201,6 +202,16 @@ def _overhead(o: dict[str, Any]) -> list[str]:
             f"| {path} | {f['p50_ms']:.2f} | {f['p95_ms']:.2f} | {f['added_p50_ms']:.2f} | {f['added_p95_ms']:.2f} "
             f"| {f['rps']:.0f} |"
         )
+    if o.get("against"):
+        a = o["against"]
+        lines += [
+            "",
+            "| ours / the earlier commit (`--against`), same run | ratio |",
+            "|---|---:|",
+            f"| added p50 | {a['added_p50']:.2f} |",
+            f"| added p95 | {a['added_p95']:.2f} |",
+            f"| requests/s | {a['rps']:.2f} |",
+        ]
     if o.get("ratios"):
         lines += ["", "| ours / litellm proxy | ratio |", "|---|---:|"]
         lines += [f"| {k} | {v:.2f} |" for k, v in o["ratios"].items()]
@@ -236,6 +247,21 @@ def _history(h: dict[str, Any]) -> list[str]:
             f"| {r.get('warm_requests', '-')} | {r['added_warm_ms']:.1f} / {_ms(r, 'added_warm_p95_ms')} / "
             f"{_ms(r, 'added_warm_p99_ms')} | {r['added_warm_us_per_message']:.1f} |"
         )
+    compared = [r for r in h["rows"] if r.get("against")]
+    if compared:
+        lines += [
+            "",
+            "Against the earlier commit (`--against`), interleaved request by request in the same run:",
+            "",
+            "| messages | its added cold / warm p50 ms | ours / its: cold p50 | warm p50 | warm p99 |",
+            "|---:|---:|---:|---:|---:|",
+        ]
+        for r in compared:
+            a = r["against"]
+            lines.append(
+                f"| {r['messages']:,} | {a['added_cold_ms']:.1f} / {a['added_warm_ms']:.1f} "
+                f"| {a['cold_p50_ratio']:.2f} | {a['warm_p50_ratio']:.2f} | {a['warm_p99_ratio']:.2f} |"
+            )
     lines += [
         "",
         "Growth exponents (1.0 = linear): "

@@ -1,6 +1,6 @@
 """Run every benchmark part and write ``bench/report.json`` and ``bench/report.md``.
 
-Run: ``.venv/bin/python -m bench [--quick] [--parts 1,2,3,4,5,6,7] [--no-litellm-proxy]``
+Run: ``.venv/bin/python -m bench [--quick] [--parts 1,2,3,4,5,6,7] [--no-litellm-proxy] [--against REF]``
 (``.venv/bin/python bench/run.py`` is the same). See ``bench/README.md`` for what each part measures.
 """
 
@@ -26,7 +26,7 @@ from proxy.process.offline import prepare_offline_environment
 
 prepare_offline_environment()
 
-from bench import servers  # noqa: E402 - after the offline set-up, before anything imports litellm
+from bench import against, servers  # noqa: E402 - after the offline set-up, before anything imports litellm
 from bench.report import render_markdown  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -103,7 +103,7 @@ def _part_overhead(stack: ExitStack, scratch: Path, config: Path, urls: dict[str
         except (servers.ServerFailed, subprocess.CalledProcessError, OSError) as exc:
             errors["litellm-proxy"] = str(exc)[-3000:]
     result = run_overhead(
-        {k: urls[k] for k in ("direct", "legacy", "dynamic", "litellm-proxy") if k in urls},
+        {k: urls[k] for k in ("direct", "legacy", "dynamic", against.PATH_NAME, "litellm-proxy") if k in urls},
         requests=plan["requests"],
         throughput_requests=plan["throughput_requests"],
         repeats=plan["repeats"],
@@ -152,9 +152,12 @@ def _part_isolation(scratch: Path, messages: int) -> Any:
         return run_isolation(proxy.url, messages=messages)
 
 
-def run(parts: set[int], quick: bool, litellm_proxy: bool, out_dir: Path) -> dict[str, Any]:
-    """Run the chosen parts and write the reports; returns the report."""
-    plan = dict(QUICK if quick else FULL, litellm_proxy=litellm_proxy)
+def run(
+    parts: set[int], quick: bool, litellm_proxy: bool, out_dir: Path, against_ref: str | None = None
+) -> dict[str, Any]:
+    """Run the chosen parts and write the reports; returns the report. ``against_ref``: a commit whose proxy
+    parts 1 and 2 measure beside ours (``bench/against.py``)."""
+    plan = dict(QUICK if quick else FULL, litellm_proxy=litellm_proxy, against=against_ref)
     report: dict[str, Any] = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "quick": quick,
@@ -170,6 +173,13 @@ def run(parts: set[int], quick: bool, litellm_proxy: bool, out_dir: Path) -> dic
             provider = stack.enter_context(servers.scripted_provider(scratch, "ok"))
             config = servers.write_config(scratch, provider.url, HISTORY_MAX_INPUT_TOKENS)
             urls["direct"] = provider.url
+            if against_ref is not None:
+                folder, commit = stack.enter_context(against.checkout(against_ref, scratch))
+                report["machine"]["against_commit"] = commit
+                earlier = servers.our_proxy(
+                    scratch, config, "dynamic", extra_env={"PYTHONPATH": str(folder)}, name="proxy-against"
+                )
+                urls[against.PATH_NAME] = stack.enter_context(earlier).url
             if 1 in parts:
                 _timed(report, "overhead", lambda: _part_overhead(stack, scratch, config, urls, plan))
             if 2 in parts:
@@ -183,6 +193,7 @@ def run(parts: set[int], quick: bool, litellm_proxy: bool, out_dir: Path) -> dic
                     lambda: run_history_cost(
                         urls["dynamic"],
                         urls["direct"],
+                        against_url=urls.get(against.PATH_NAME),
                         sizes=plan["sizes"],
                         repeats=plan["repeats"],
                         warm_requests=plan["warm_requests"],
@@ -235,9 +246,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", default="1,2,3,4,5,6,7", help="which parts to run, e.g. 2,4")
     parser.add_argument("--no-litellm-proxy", action="store_true", help="skip the litellm proxy in part 1")
     parser.add_argument("--out-dir", type=Path, default=HERE, help="where report.json and report.md go")
+    parser.add_argument(
+        "--against", metavar="REF", help="a git commit whose proxy parts 1 and 2 measure beside ours, interleaved"
+    )
     args = parser.parse_args(argv)
     parts = {int(p) for p in args.parts.split(",") if p.strip()}
-    report = run(parts, args.quick, not args.no_litellm_proxy, args.out_dir)
+    report = run(parts, args.quick, not args.no_litellm_proxy, args.out_dir, args.against)
     print((args.out_dir / "report.md").read_text(encoding="utf-8"))
     return 0 if report["parts"] else 1
 

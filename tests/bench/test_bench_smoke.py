@@ -14,6 +14,7 @@ import httpx
 import orjson
 import pytest
 
+from bench import against
 from bench.estimator import run_estimator
 from bench.history_cost import run_history_cost
 from bench.long_run import prefix_share, tool_output
@@ -96,6 +97,39 @@ def test_history_cost_measures_every_size(servers: tuple[str, str]) -> None:
         {"date": "2026-01-01T00:00:00+00:00", "quick": True, "machine": {**MACHINE}, "parts": {"history_cost": result}}
     )
     assert "warm p99 <= 2x p50 at 1,000 messages" in markdown and "| 40 |" in markdown
+
+
+def test_history_cost_sets_ours_against_an_earlier_proxy_request_by_request(
+    servers: tuple[str, str], tmp_path: Path
+) -> None:
+    """``--against``: every request also goes to the earlier proxy (here a second one of ours), and each
+    size gets the ratios; the report renders them."""
+    proxy_url, provider_url = servers
+    route = ModelRoute(
+        MODEL,
+        {"model": "openai/scripted", "api_base": f"{provider_url}/v1", "api_key": "sk-provider"},
+        max_input_tokens=4_000_000,
+        max_output_tokens=4096,
+    )
+    settings = Settings(mode="dynamic", data_dir=tmp_path / "earlier", master_key=MASTER_KEY, models=(route,))
+    with serve_in_thread(create_app(settings)) as earlier_url:
+        result = run_history_cost(
+            proxy_url, provider_url, sizes=[10], repeats=1, warm_requests=2, against_url=earlier_url
+        )
+    (row,) = result["rows"]
+    compared = row["against"]
+    assert compared["added_warm_ms"] > 0 and compared["warm_p50_ratio"] > 0
+    assert compared["warm_p50_ratio"] == pytest.approx(row["added_warm_ms"] / compared["added_warm_ms"])
+    markdown = render_markdown(
+        {"date": "2026-01-01T00:00:00+00:00", "quick": True, "machine": MACHINE, "parts": {"history_cost": result}}
+    )
+    assert "Against the earlier commit" in markdown
+
+
+def test_an_earlier_commit_is_checked_out_beside_the_repository_and_removed_after(tmp_path: Path) -> None:
+    with against.checkout("HEAD", tmp_path) as (folder, commit):
+        assert (folder / "proxy" / "app.py").is_file() and len(commit) >= 7
+    assert not folder.exists()
 
 
 def test_estimator_part_never_under_and_renders() -> None:
