@@ -1,4 +1,4 @@
-"""``context-proxy serve | replay | report | demo | examples`` (also ``python -m proxy``)."""
+"""``context-proxy serve | routes | replay | report | demo | examples`` (also ``python -m proxy``)."""
 
 from __future__ import annotations
 
@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
         choices=LOG_LEVELS,
         help="default: CONTEXT_PROXY_LOG_LEVEL, else info (a line per request); warning and above log no requests",
     )
+    routes = commands.add_parser("routes", help="list the configured routes and the API each provider is spoken to in")
+    routes.add_argument("--config", type=Path, help="litellm-proxy style YAML with a model_list")
     replay = commands.add_parser("replay", help="replay recorded sessions through this build and configuration")
     replay.add_argument("folders", type=Path, nargs="+", help="record folders (one per replica)")
     replay.add_argument("--config", type=Path, help="the configuration to replay with (YAML with a model_list)")
@@ -64,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
             logging.getLogger().setLevel(settings.log_level.upper())
             check_exposure(settings, args.host, args.allow_unauthenticated)
             return _serve(settings, args.host, args.port)
+        if args.command == "routes":
+            return _routes(Settings.from_env(config_path=args.config))
         if args.command == "replay":
             from proxy.replay.command import run_replay
 
@@ -78,6 +82,16 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, StoreError) as exc:
         print(f"context-proxy: {exc}", file=sys.stderr)
         return 2
+
+
+def _routes(settings: Settings) -> int:
+    """One line per route: the name clients ask for, litellm's model, the API it speaks and why."""
+    if not settings.models:
+        print("no model_list: every model name goes to litellm as is, speaking the API its provider defaults to")
+        return 0
+    for route in settings.models:
+        print(f"{route.model_name}\t{route.litellm_model}\t{route.api}\t({route.api_reason})")
+    return 0
 
 
 def _report(traces: Path, out: Path) -> int:

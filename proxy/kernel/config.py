@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from proxy.kernel.client_params import steering_reason
+from proxy.kernel.route_api import Api, default_api
 
 Mode = Literal["dynamic", "shadow", "legacy"]
 MODES: tuple[Mode, ...] = ("dynamic", "shadow", "legacy")
@@ -56,6 +57,12 @@ class ModelEntry(BaseModel):
     # ``chat_template_kwargs``); a sibling of litellm_params, because it is the route's policy towards
     # clients, not a litellm argument nor a fact about the model.
     allowed_client_params: list[str] = Field(default_factory=list)
+    # Which API the provider is spoken to in (proxy/kernel/route_api.py); unset: litellm's provider decides.
+    api: Api | None = None
+    # On a native route, the server-side tools (Anthropic's server tools, OpenAI's hosted tools) and the
+    # Anthropic betas a client may use: they run on the operator's key. Unset: all of them.
+    allowed_server_tools: list[str] | None = None
+    allowed_betas: list[str] | None = None
 
     @field_validator("allowed_client_params")
     @classmethod
@@ -87,11 +94,26 @@ class ModelRoute:
     max_input_tokens: int | None = None
     max_output_tokens: int | None = None
     allowed_client_params: frozenset[str] = frozenset()  # request fields beyond OpenAI's, see client_params
+    configured_api: Api | None = None  # the operator's ``api:``; None: the provider's default (``api``)
+    allowed_server_tools: frozenset[str] | None = None  # None: every server-side tool may be used
+    allowed_betas: frozenset[str] | None = None  # None: every Anthropic beta may be sent
 
     @property
     def litellm_model(self) -> str:
         """The model string litellm receives."""
         return str(self.litellm_params["model"])
+
+    @property
+    def api(self) -> Api:
+        """The API this route's provider is spoken to in (``proxy/kernel/route_api.py``)."""
+        return self.configured_api or default_api(self.litellm_params)[0]
+
+    @property
+    def api_reason(self) -> str:
+        """Why the route speaks ``api``: the operator set it, or the provider's default and its reason."""
+        if self.configured_api is not None:
+            return "set by the route's api:"
+        return default_api(self.litellm_params)[1]
 
 
 @dataclass(frozen=True)
@@ -303,9 +325,16 @@ def _routes(config: ConfigFile, path: Path, env: Mapping[str, str]) -> tuple[Mod
                 max_input_tokens=entry.model_info.max_input_tokens,
                 max_output_tokens=entry.model_info.max_output_tokens,
                 allowed_client_params=frozenset(entry.allowed_client_params),
+                configured_api=entry.api,
+                allowed_server_tools=_names(entry.allowed_server_tools),
+                allowed_betas=_names(entry.allowed_betas),
             )
         )
     return tuple(routes)
+
+
+def _names(names: list[str] | None) -> frozenset[str] | None:
+    return None if names is None else frozenset(names)
 
 
 def _resolve_secret(value: Any, env: Mapping[str, str], where: str, path: Path) -> Any:

@@ -41,6 +41,7 @@ from proxy.ingress.messages.wire import (
 )
 from proxy.kernel.config import ModelRoute
 from proxy.kernel.errors import InvalidRequest
+from proxy.kernel.route_api import provider_of
 
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
 _USER_BLOCKS = ("text", "image", "document", "tool_result")
@@ -60,11 +61,7 @@ class Translation:
 
 def is_anthropic_route(route: ModelRoute) -> bool:
     """Whether litellm sends this route to Anthropic's own API (headers and Anthropic-only fields go there)."""
-    params, model = route.litellm_params, route.litellm_model
-    if params.get("custom_llm_provider"):
-        return bool(params["custom_llm_provider"] == "anthropic")
-    # litellm infers Anthropic for a bare "claude-..." name (no model list: the name goes to litellm as is).
-    return model.startswith("anthropic/") or ("/" not in model and model.startswith("claude"))
+    return provider_of(route.litellm_params) == "anthropic"
 
 
 def to_chat(
