@@ -32,7 +32,7 @@ from proxy.context.types import (
     StateChannel,
 )
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 
 def adapt_factory(factory: ContributorFactory | ContextContributorFactory) -> ContributorFactory:
@@ -45,10 +45,10 @@ def adapt_contributor(contributor: Contributor | ContextContributor) -> Contribu
     return contributor if isinstance(contributor, Contributor) else ProtocolContributor(contributor)
 
 
-def _declared(obj: object, name: str, default: T) -> T:
+def _declared(obj: object, name: str, default: _T) -> _T:
     """``obj``'s optional member ``name``, or ``default`` when it has none. Not checked here: the registry
     checks what it relies on, for an adapted object and a subclass alike."""
-    value: T = getattr(obj, name, default)
+    value: _T = getattr(obj, name, default)
     return value
 
 
@@ -93,6 +93,13 @@ class ProtocolFactory(ContributorFactory):
     def __repr__(self) -> str:
         return f"ProtocolFactory({self.wrapped!r})"
 
+    # Equal when the wrapped objects are: a FactorySource compares as it did before adaptation.
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ProtocolFactory) and bool(self.wrapped == other.wrapped)
+
+    def __hash__(self) -> int:
+        return hash(self.wrapped)
+
 
 class ProtocolContributor(Contributor):
     """A contributor written to the protocol form, seen as a ``Contributor``: every member forwards to it."""
@@ -136,3 +143,10 @@ class ProtocolContributor(Contributor):
 
     def __repr__(self) -> str:
         return f"ProtocolContributor({self.wrapped!r})"
+
+    # Equal when the wrapped objects are: a FactorySource compares as it did before adaptation.
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ProtocolContributor) and bool(self.wrapped == other.wrapped)
+
+    def __hash__(self) -> int:
+        return hash(self.wrapped)

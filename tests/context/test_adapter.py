@@ -190,6 +190,10 @@ def test_a_factory_source_adapts_once() -> None:
     source = FactorySource(wrapped, "pkg")
     assert isinstance(source.factory, ProtocolFactory) and source.factory.wrapped is wrapped
     assert dataclasses.replace(source, options={"a": 1}).factory is source.factory
+    # Sources of one factory compare equal, as before adaptation; the created contributors too.
+    assert FactorySource(wrapped, "pkg") == source != FactorySource(PlainFactory(), "pkg")
+    assert source.factory.create("main") == ProtocolFactory(wrapped).create("main")
+    assert adapt_contributor(Plain()) != adapt_contributor(Plain())
     (configured,) = configure([source], {})
     assert configured.factory is source.factory
     registry = ContextContributorRegistry("main", [wrapped])  # a bare factory: adapted on the way in
