@@ -1,1 +1,1 @@
-"""Built-in context contributors, each a ``ContextContributorFactory`` registered by entry point."""
+"""Built-in context contributors, each a ``ContributorFactory`` registered by entry point."""

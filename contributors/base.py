@@ -9,10 +9,9 @@ field of these models (``tests/contributors/test_options_docs.py`` fails on one 
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from abc import abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -20,10 +19,10 @@ from proxy.context.types import (
     DEFAULT_PRIORITY,
     SCOPES,
     ContributionRequest,
+    Contributor,
+    ContributorFactory,
     ContributorOutput,
-    ProxyTool,
     Scope,
-    StateChannel,
 )
 
 ALL_SCOPES: frozenset[Scope] = frozenset(SCOPES)
@@ -49,7 +48,7 @@ def options_for(request: ContributionRequest, model: type[OptionsT]) -> OptionsT
     return model.model_validate(dict(options or {}))
 
 
-class BuiltinContributor(ABC):
+class BuiltinContributor(Contributor):
     """A contributor whose ID, scopes, protection, priority and options are fixed by its class."""
 
     id: ClassVar[str]
@@ -67,8 +66,11 @@ class BuiltinContributor(ABC):
 
 
 @dataclass(frozen=True)
-class Factory:
-    """The ``ContextContributorFactory`` of one built-in contributor class: one instance per run."""
+class Factory(ContributorFactory):
+    """The ``ContributorFactory`` of one built-in contributor class: one instance per run.
+
+    It offers no tools and derives no channels (the base's defaults); subclasses that do override them.
+    """
 
     contributor: type[BuiltinContributor]
 
@@ -85,11 +87,3 @@ class Factory:
     def create(self, scope: Scope) -> BuiltinContributor | None:
         """A new contributor for ``scope``, or ``None`` when the class does not serve that scope."""
         return self.contributor() if scope in self.contributor.scopes else None
-
-    def tools(self, options: Any) -> Sequence[ProxyTool]:
-        """The proxy-owned tools this contributor offers; none by default."""
-        return ()
-
-    def channels(self, options: Any) -> Sequence[StateChannel]:
-        """The run-state channels this contributor derives; none by default."""
-        return ()

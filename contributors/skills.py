@@ -37,6 +37,7 @@ from proxy.context.state import tool_results
 from proxy.context.types import (
     ContextMessage,
     ContributionRequest,
+    ContributorFactory,
     ContributorOutput,
     DeclaredCall,
     Diagnostic,
@@ -329,7 +330,7 @@ class Skills(BuiltinContributor):
         return ContributorOutput(sections=sections, messages=messages, diagnostics=diagnostics)
 
 
-class SkillsFactory:
+class SkillsFactory(ContributorFactory):
     """The skills factory: one shelf per process, shared by every scope's contributor and ``read_skill``."""
 
     id = Skills.id

@@ -21,9 +21,9 @@ from proxy.context.types import (
     ID_PATTERN,
     TRUST_LEVELS,
     Attachment,
-    ContextContributor,
     ContextMessage,
     ContributionRequest,
+    Contributor,
     ContributorOutput,
     Diagnostic,
     Section,
@@ -107,7 +107,7 @@ async def collect_detailed(
         if shared is None:
             shared = by_options[id(options)] = dataclasses.replace(request, options=options)
         requests.append(shared)
-    inline = [bool(getattr(c, "runs_inline", False)) for c in contributors]
+    inline = [bool(c.runs_inline) for c in contributors]  # bool(): a package's value, as typed as it made it
     concurrent = asyncio.gather(
         *(
             _run_one(c, registry.is_protected(c.id), r, timeout, keep_raw)
@@ -155,7 +155,7 @@ async def collect_detailed(
 
 
 async def _run_one(
-    contributor: ContextContributor,
+    contributor: Contributor,
     protected: bool,
     request: ContributionRequest,
     timeout: float | None,

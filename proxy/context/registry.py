@@ -1,8 +1,11 @@
 """The run-scoped contributor registry: composed from factories, checked, filtered by scope, frozen.
 
-A package registers a :class:`~proxy.context.types.ContextContributorFactory` under the entry-point
-group ``science_context.contributors``; built-ins use the same mechanism. Once composed the registry
-cannot change, so a package cannot alter an active run.
+A package registers a :class:`~proxy.context.types.ContributorFactory` (or a plain object of the
+protocol form, :class:`~proxy.context.types.ContextContributorFactory`) under the entry-point group
+``science_context.contributors``; built-ins use the same mechanism. A factory of the protocol form is
+adapted once, as it enters a :class:`FactorySource` (``proxy/context/adapter.py``): the registry reads
+the declared members of the bases only, and checks their values, since a package's annotations are
+promises. Once composed the registry cannot change, so a package cannot alter an active run.
 
 At start-up :func:`configure` validates each factory's part of the operator's ``contributors:`` config
 once (against its ``options_model``), and :func:`proxy_tools` / :func:`state_channels` collect the
@@ -15,20 +18,22 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import re
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from proxy.context.adapter import adapt_factory
 from proxy.context.types import (
     DEFAULT_PRIORITY,
     ID_PATTERN,
     SCOPES,
     THIRD_PARTY_MIN_PRIORITY,
-    ContextContributor,
     ContextContributorFactory,
+    Contributor,
+    ContributorFactory,
     ProxyTool,
     Scope,
     StateChannel,
@@ -61,20 +66,36 @@ CORE_TOOLS = frozenset({"read_tool_output"})
 RESERVED_CHANNELS = frozenset({"diagnostics"})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class FactorySource:
-    """A factory, where it came from (``builtin``, ``entry-point name (distribution)``...) and its options."""
+    """A factory, where it came from (``builtin``, ``entry-point name (distribution)``...) and its options.
 
-    factory: ContextContributorFactory
+    Takes a factory of either form and holds a ``ContributorFactory``: one of the protocol form is adapted
+    here, once (``dataclasses.replace`` hands the adapted one back in, which is taken as it is).
+    """
+
+    factory: ContributorFactory
     source: str
     # Protection is authority (protected sections are admitted first and never cut, and a failing
     # protected contributor fails the turn), so only the proxy's own contributors and factories the
     # operator composes in code may hold it; a third-party package's claim is not honoured. The same
     # source decides whether a declared priority may rank above THIRD_PARTY_MIN_PRIORITY.
-    may_protect: bool = True
+    may_protect: bool
     # This factory's own options, as :func:`configure` validated them: an instance of its
     # ``options_model``, else a read-only mapping.
-    options: Any = field(default_factory=lambda: MappingProxyType({}))
+    options: Any
+
+    def __init__(
+        self,
+        factory: ContributorFactory | ContextContributorFactory,
+        source: str,
+        may_protect: bool = True,
+        options: Any = _NO_OPTIONS,
+    ) -> None:
+        object.__setattr__(self, "factory", adapt_factory(factory))
+        object.__setattr__(self, "source", source)
+        object.__setattr__(self, "may_protect", may_protect)
+        object.__setattr__(self, "options", options)
 
 
 def configure(factories: Iterable[FactorySource], raw: Mapping[str, Any]) -> list[FactorySource]:
@@ -97,7 +118,8 @@ def _options(source: FactorySource, raw: Any) -> Any:
         raw = {}
     if not isinstance(raw, Mapping):
         raise OptionsInvalid(f"contributors.{fid} must be a mapping of options, got {raw!r}")
-    model = getattr(source.factory, "options_model", None)
+    # Declared ``type[BaseModel] | None``, checked anyway: anything else is ignored, as it always was.
+    model: object = source.factory.options_model
     if isinstance(model, type) and issubclass(model, BaseModel):
         try:
             return model.model_validate(dict(raw))
@@ -108,12 +130,10 @@ def _options(source: FactorySource, raw: Any) -> Any:
                 for error in exc.errors()
             )
             raise OptionsInvalid(problems) from None
-    validate = getattr(source.factory, "validate_options", None)
-    if validate is not None:
-        try:
-            validate(raw)
-        except ValueError as exc:
-            raise OptionsInvalid(str(exc)) from None
+    try:
+        source.factory.validate_options(raw)
+    except ValueError as exc:
+        raise OptionsInvalid(str(exc)) from None
     return MappingProxyType(dict(raw))
 
 
@@ -124,8 +144,9 @@ def proxy_tools(factories: Iterable[FactorySource]) -> list[ProxyTool]:
     tools: list[ProxyTool] = []
     sources: dict[str, str] = {}
     for source in factories:
-        offer = getattr(source.factory, "tools", None)
-        for tool in offer(source.options) if offer is not None else ():
+        # Declared ``ProxyTool``s, checked anyway: a package's annotations are promises only mypy holds it to.
+        offered: Sequence[object] = source.factory.tools(source.options)
+        for tool in offered:
             if not isinstance(tool, ProxyTool):
                 raise RegistryError(f"{source.source} offers {tool!r}, which is not a ProxyTool")
             _check_id("tool name", tool.name, source.source)
@@ -144,8 +165,8 @@ def state_channels(factories: Iterable[FactorySource]) -> tuple[StateChannel, ..
     channels: list[StateChannel] = []
     sources: dict[str, str] = {}
     for source in factories:
-        declare = getattr(source.factory, "channels", None)
-        for channel in declare(source.options) if declare is not None else ():
+        declared: Sequence[object] = source.factory.channels(source.options)  # checked, as tools are
+        for channel in declared:
             if not isinstance(channel, StateChannel):
                 raise RegistryError(f"{source.source} declares {channel!r}, which is not a StateChannel")
             if channel.name in RESERVED_CHANNELS or channel.name in sources:
@@ -180,13 +201,15 @@ def discover_factories(allow: set[str] | None = None) -> list[FactorySource]:
 class ContextContributorRegistry:
     """The contributors of one run and scope, in registration order. Immutable once built."""
 
-    def __init__(self, scope: Scope, factories: Iterable[FactorySource | ContextContributorFactory]) -> None:
+    def __init__(
+        self, scope: Scope, factories: Iterable[FactorySource | ContributorFactory | ContextContributorFactory]
+    ) -> None:
         if scope not in SCOPES:
             raise RegistryError(f"unknown scope {scope!r}; expected one of {', '.join(SCOPES)}")
         self._scope: Scope = scope
         factory_sources: dict[str, str] = {}
         contributor_sources: dict[str, str] = {}
-        contributors: list[ContextContributor] = []
+        contributors: list[Contributor] = []
         protected: set[str] = set()
         options: dict[str, Any] = {}
         priorities: dict[str, int] = {}
@@ -198,7 +221,7 @@ class ContextContributorRegistry:
             if fid in factory_sources:
                 raise RegistryError(f"duplicate factory id {fid!r}: from {factory_sources[fid]} and {entry.source}")
             factory_sources[fid] = entry.source
-            contributor = entry.factory.create(scope)
+            contributor = _create(entry, scope)
             if contributor is None or scope not in contributor.scopes:
                 continue
             cid = contributor.id
@@ -209,10 +232,11 @@ class ContextContributorRegistry:
                 )
             contributor_sources[cid] = entry.source
             contributors.append(contributor)
-            is_protected = entry.may_protect and getattr(contributor, "protected", False) is True
+            # ``is True``: only a real ``True`` grants authority, whatever a package's value is.
+            is_protected = entry.may_protect and contributor.protected is True
             if is_protected:
                 protected.add(cid)
-                owns_instructions |= getattr(contributor, "owns_client_instructions", False) is True
+                owns_instructions |= contributor.owns_client_instructions is True
             # No options: one shared empty view, so the collector makes one request for all such contributors.
             empty = isinstance(entry.options, Mapping) and not entry.options
             options[cid] = _NO_OPTIONS if empty else entry.options
@@ -231,7 +255,7 @@ class ContextContributorRegistry:
         return self._scope
 
     @property
-    def contributors(self) -> tuple[ContextContributor, ...]:
+    def contributors(self) -> tuple[Contributor, ...]:
         """The contributors, in registration order."""
         return self._contributors
 
@@ -256,7 +280,7 @@ class ContextContributorRegistry:
         """Where a contributor's factory came from (for error messages and traces)."""
         return self._sources[contributor_id]
 
-    def __iter__(self) -> Iterator[ContextContributor]:
+    def __iter__(self) -> Iterator[Contributor]:
         return iter(self._contributors)
 
     def __len__(self) -> int:
@@ -271,10 +295,19 @@ class ContextContributorRegistry:
         raise RegistryError(f"the contributor registry is frozen; cannot delete {name!r}")
 
 
-def _priority(contributor: ContextContributor, entry: FactorySource) -> int:
+def _create(entry: FactorySource, scope: Scope) -> Contributor | None:
+    """The factory's contributor for ``scope`` (``None``: it stays out). Declared ``Contributor | None`` and
+    checked: a subclass whose ``create`` broke its declared type is an error naming the source."""
+    created: object = entry.factory.create(scope)
+    if created is None or isinstance(created, Contributor):
+        return created
+    raise RegistryError(f"factory {entry.factory.id!r} from {entry.source} created {created!r}, not a Contributor")
+
+
+def _priority(contributor: Contributor, entry: FactorySource) -> int:
     """The declared priority; a package's is held at or below ``THIRD_PARTY_MIN_PRIORITY`` so it can
     never rank above the proxy's plan projection and skill notice."""
-    declared = getattr(contributor, "priority", DEFAULT_PRIORITY)
+    declared: object = contributor.priority  # declared ``int``, checked: a package's annotations are promises
     if not isinstance(declared, int) or isinstance(declared, bool):
         raise RegistryError(f"contributor {contributor.id!r} from {entry.source}: priority must be an integer")
     return declared if entry.may_protect else max(declared, THIRD_PARTY_MIN_PRIORITY)

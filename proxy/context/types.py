@@ -1,15 +1,23 @@
-"""The contracts of the context package in one place: value types and protocols.
+"""The contracts of the context package in one place: value types, protocols and the declared plugin bases.
 
 Messages are plain OpenAI chat message dicts (``{"role", "content", "tool_calls", "tool_call_id"}``)
 everywhere; this package never sees wire models, the store or the provider client.
+
+A contributor package is written either to the declared bases (:class:`ContributorFactory`,
+:class:`Contributor`: every optional member declared with its default, so mypy checks a subclass) or to
+the protocol form (:class:`ContextContributorFactory`, :class:`ContextContributor`: a plain class that
+imports nothing from the proxy), which the registry adapts once to the bases (``proxy/context/adapter.py``).
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
+
+from pydantic import BaseModel
 
 Scope: TypeAlias = Literal["main", "subagent", "reviewer"]
 SCOPES: tuple[Scope, ...] = ("main", "subagent", "reviewer")
@@ -121,9 +129,109 @@ class ContributionRequest:
             object.__setattr__(self, "options", _frozen_map(self.options))
 
 
+# Message-budget priorities (lower first). The proxy's run-state projections that must survive a long
+# list (the plan, the notice that a skill left the context) sit below what any package may declare.
+DEFAULT_PRIORITY = 100
+THIRD_PARTY_MIN_PRIORITY = 50
+
+
+class Contributor(ABC):
+    """The declared contributor contract: ``id``, ``scopes`` and ``contribute`` required, the rest defaulted.
+
+    A base class, not a protocol, because a protocol cannot say "optional": here every member the registry
+    and the collector read is declared with its type and default, so mypy checks a subclass's override
+    against it (a class attribute ``priority = 40``, a property, or an attribute annotated in the subclass
+    and set in ``__init__``). The registry checks the values again at composition, since a package's
+    annotations bind only an author who runs mypy.
+    """
+
+    @property
+    @abstractmethod
+    def id(self) -> str:
+        """Unique among the scope's contributors; matches ``ID_PATTERN``."""
+
+    @property
+    @abstractmethod
+    def scopes(self) -> frozenset[Scope] | Sequence[Scope]:
+        """The scopes this contributor serves (``main``, ``subagent``, ``reviewer``)."""
+
+    @property
+    def protected(self) -> bool:
+        """A failing protected contributor fails the turn; an optional one becomes a diagnostic.
+
+        Honoured only for the proxy's own contributors and factories an operator composes in code.
+        """
+        return False
+
+    @property
+    def priority(self) -> int:
+        """Message-budget priority, lower admitted first; a package's is held at ``THIRD_PARTY_MIN_PRIORITY``."""
+        return DEFAULT_PRIORITY
+
+    @property
+    def owns_client_instructions(self) -> bool:
+        """It renders the client's system/developer messages into the prompt (honoured when protected only)."""
+        return False
+
+    @property
+    def runs_inline(self) -> bool:
+        """Its ``contribute`` never awaits: the collector runs it in the pipeline's task, untimed."""
+        return False
+
+    @abstractmethod
+    async def contribute(self, request: ContributionRequest) -> ContributorOutput | Mapping[str, Any]:
+        """This contributor's output for one call: a ``ContributorOutput`` or a mapping of the same keys."""
+
+
+class ContributorFactory(ABC):
+    """The declared factory contract: ``id`` and ``create`` required, the optional members defaulted.
+
+    What a package registers under the entry-point group: builds its contributor for a scope, or ``None``
+    to stay out of it. A base class for the reason :class:`Contributor` is one.
+    """
+
+    @property
+    @abstractmethod
+    def id(self) -> str:
+        """Unique among factories; matches ``ID_PATTERN``. Also the key of its ``contributors:`` config."""
+
+    @abstractmethod
+    def create(self, scope: Scope) -> Contributor | None:
+        """A new contributor for ``scope``, or ``None`` to stay out of that scope."""
+
+    @property
+    def options_model(self) -> type[BaseModel] | None:
+        """A pydantic model (``extra="forbid"``) of the ``contributors.<id>`` config, validated once at start-up.
+
+        Errors name ``contributors.<id>.<field>``; ``None``: the options stay a read-only mapping.
+        """
+        return None
+
+    def validate_options(self, raw: Mapping[str, Any]) -> None:
+        """The older hand-written check of the raw options, used only without an ``options_model``.
+
+        Raise ``ValueError`` naming ``contributors.<id>.<field>`` to refuse them; the default accepts any.
+        """
+        return None
+
+    def tools(self, options: Any) -> Sequence[ProxyTool]:
+        """The proxy-owned tools this package offers the model under its validated ``options``; none by default."""
+        return ()
+
+    def channels(self, options: Any) -> Sequence[StateChannel]:
+        """The run-state channels this package derives under its validated ``options``; none by default."""
+        return ()
+
+
 @runtime_checkable
 class ContextContributor(Protocol):
-    """Provides sections, messages, attachments and diagnostics for the scopes it declares."""
+    """The protocol form of :class:`Contributor`: what a package that imports nothing from the proxy writes.
+
+    The other members of :class:`Contributor` (``priority``, ``owns_client_instructions``, ``runs_inline``,
+    and ``protected`` too, always read with a default) may be missing from a plain object. The registry
+    adapts such an object once (``proxy/context/adapter.py``) and from then on reads it through
+    :class:`Contributor` only. ``contribute`` may return plain dicts: a package need not import our types.
+    """
 
     @property
     def id(self) -> str: ...
@@ -136,39 +244,28 @@ class ContextContributor(Protocol):
         """A failing protected contributor fails the turn; an optional one becomes a diagnostic."""
         ...
 
-    async def contribute(self, request: ContributionRequest) -> ContributorOutput: ...
+    async def contribute(self, request: ContributionRequest) -> ContributorOutput | Mapping[str, Any]: ...
 
 
 @runtime_checkable
 class ContextContributorFactory(Protocol):
-    """What a package registers: builds its contributor for a scope, or ``None`` to stay out of it.
+    """The protocol form of :class:`ContributorFactory`: a plain class with ``id`` and ``create``.
 
-    Optional members, looked up by the registry (a plain third-party object may have none of them):
+    Its optional members (``options_model``, ``validate_options``, ``tools``, ``channels``) are those of
+    :class:`ContributorFactory`, with the same meaning; a plain object may have none of them. The registry
+    adapts such a factory, and each contributor it creates, once (``proxy/context/adapter.py``); a
+    ``ContributorFactory`` fits this protocol too and is taken as it is.
 
-    - ``options_model``: a pydantic model class (``extra="forbid"``) for this contributor's part of the
-      ``contributors:`` config, validated once at start-up; errors name ``contributors.<id>.<field>``.
-    - ``tools(options) -> Sequence[ProxyTool]``: proxy-owned tools this package offers the model.
-    - ``channels(options) -> Sequence[StateChannel]``: run-state channels this package derives.
-    - ``validate_options(raw)``: the older hand-written check, used when there is no ``options_model``.
-
-    What a contributor declares as data (all optional too): ``protected`` (honoured for the proxy's own
-    contributors only), ``priority`` (lower is admitted first into the message budget; a third-party
-    package is held at or below ``THIRD_PARTY_MIN_PRIORITY``) and ``owns_client_instructions`` (it renders
-    the client's system/developer messages into the prompt, so the history must not carry them twice;
-    honoured only for a protected contributor, since it removes client messages from the history), and
-    ``runs_inline`` (its ``contribute`` never awaits: the collector runs it in the pipeline's task, untimed).
+    These two names stay protocols beside the bases rather than becoming them: they describe what the
+    registry accepts at the door, structurally (an entry point's object is checked against this one at
+    discovery), and a package written to them imports nothing from the proxy. Were they the bases, that
+    check and every annotation naming them would reject the documented duck-typed form.
     """
 
     @property
     def id(self) -> str: ...
 
     def create(self, scope: Scope) -> ContextContributor | None: ...
-
-
-# Message-budget priorities (lower first). The proxy's run-state projections that must survive a long
-# list (the plan, the notice that a skill left the context) sit below what any package may declare.
-DEFAULT_PRIORITY = 100
-THIRD_PARTY_MIN_PRIORITY = 50
 
 
 @dataclass(frozen=True)
