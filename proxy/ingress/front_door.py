@@ -22,6 +22,7 @@ from proxy.kernel.config import Mode, ModelRoute, Settings
 from proxy.kernel.errors import InvalidRequest, ModelNotFound, ProxyError
 from proxy.process.drain import Drain
 from proxy.runtime.answers import TurnResult
+from proxy.runtime.native import NativeRequest
 from proxy.runtime.service import TurnService
 from proxy.runtime.session_identity import SessionIdentity
 
@@ -80,11 +81,15 @@ class FrontDoor:
         *,
         ingress: Mapping[str, Any] | None = None,
         digests: Sequence[bytes] | None = None,
+        native: NativeRequest | None = None,
     ) -> TurnResult:
-        """One turn of the canonical chat ``body``, bounded by the shutdown drain; its errors name the session."""
+        """One turn of the canonical chat ``body``, bounded by the shutdown drain; its errors name the session.
+        ``native``: the provider is sent the client's own API (``proxy/runtime/native.py``)."""
         with naming_session(identity, mode):
             async with self.drain.bounded():
-                return await self.service.run(body, identity, route, headers, mode, ingress=ingress, digests=digests)
+                return await self.service.run(
+                    body, identity, route, headers, mode, ingress=ingress, digests=digests, native=native
+                )
 
 
 @contextmanager

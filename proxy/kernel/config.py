@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from proxy.kernel.client_params import steering_reason
-from proxy.kernel.route_api import Api, default_api
+from proxy.kernel.route_api import Api, default_api, provider_of
 
 Mode = Literal["dynamic", "shadow", "legacy"]
 MODES: tuple[Mode, ...] = ("dynamic", "shadow", "legacy")
@@ -318,6 +318,7 @@ def _routes(config: ConfigFile, path: Path, env: Mapping[str, str]) -> tuple[Mod
             key: _resolve_secret(value, env, f"model_list[{index}].litellm_params.{key}", path)
             for key, value in entry.litellm_params.model_dump().items()
         }
+        _check_api(entry, params, f"config file {path}: model_list[{index}].api")
         routes.append(
             ModelRoute(
                 model_name=entry.model_name,
@@ -331,6 +332,21 @@ def _routes(config: ConfigFile, path: Path, env: Mapping[str, str]) -> tuple[Mod
             )
         )
     return tuple(routes)
+
+
+# The APIs the proxy sends natively, and the litellm provider each needs (native_transport.py speaks them).
+_NATIVE_PROVIDERS = {"messages": "anthropic", "responses": "openai"}
+
+
+def _check_api(entry: ModelEntry, params: Mapping[str, Any], where: str) -> None:
+    """A route set to a native API must be one whose provider speaks it."""
+    needed = _NATIVE_PROVIDERS.get(entry.api or "")
+    provider = provider_of(params)
+    if needed is not None and provider != needed:
+        raise ConfigError(
+            f"{where}: {entry.api} is spoken to {needed}/ routes only; this route's litellm provider is "
+            f"{provider or 'unknown'} (use api: chat)"
+        )
 
 
 def _names(names: list[str] | None) -> frozenset[str] | None:

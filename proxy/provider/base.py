@@ -7,8 +7,10 @@ and the replay command has its own (``proxy/replay/replay.py``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
+
+from proxy.kernel.route_api import Api
 
 
 class ProviderBackend(Protocol):
@@ -24,3 +26,15 @@ class ProviderBackend(Protocol):
 
     async def stream(self, llm_input: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """Chat completion chunks as OpenAI chunk dicts; the first one is fetched before returning."""
+
+    async def complete_native(
+        self, api: Api, body: dict[str, Any], headers: Mapping[str, str], route: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The provider's answer to a request in its own API (native passage), as the provider sent it.
+        ``route`` is the route's ``litellm_params`` (where to connect, with which key)."""
+
+    async def stream_native(
+        self, api: Api, body: dict[str, Any], headers: Mapping[str, str], route: Mapping[str, Any]
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The provider's stream of events for a native request, as it sent them; the first is fetched
+        before returning."""

@@ -10,12 +10,16 @@ lazily so a test can drop it half-way; ``FunctionBackend.stream_closed`` says wh
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
+from proxy.kernel.errors import ProviderError
+from proxy.kernel.route_api import Api
 from proxy.provider.chunks import synthesize
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
+# A native call: (api, body) -> the answer, or for a stream the list of its events.
+NativeHandler = Callable[[str, dict[str, Any]], dict[str, Any] | list[dict[str, Any]]]
 
 
 def completion(message: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
@@ -37,10 +41,12 @@ def tool_call(call_id: str, name: str, arguments: str = "{}") -> dict[str, Any]:
 
 
 class FunctionBackend:
-    """Answers every model call with ``handler(llm_input)``; ``history`` holds each call's input."""
+    """Answers every model call with ``handler(llm_input)``; ``history`` holds each call's input. A native
+    call (``complete_native``) is answered by ``native(api, body)``: the answer, or for a stream its events."""
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, native: NativeHandler | None = None) -> None:
         self.handler = handler
+        self.native = native
         self.history: list[dict[str, Any]] = []
         self.streams_opened = 0
         self.streams_closed = 0
@@ -64,6 +70,32 @@ class FunctionBackend:
         )
         self.streams_opened += 1
         return self._relay(chunks)
+
+    async def complete_native(
+        self, api: Api, body: dict[str, Any], headers: Mapping[str, str], route: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The native handler's answer."""
+        self.history.append({"native_api": api, **copy.deepcopy(body)})
+        answer = self._native()(api, body)
+        if not isinstance(answer, dict):
+            raise TypeError("a non-streamed native call needs an answer, not events")
+        return answer
+
+    async def stream_native(
+        self, api: Api, body: dict[str, Any], headers: Mapping[str, str], route: Mapping[str, Any]
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The native handler's events."""
+        self.history.append({"native_api": api, **copy.deepcopy(body)})
+        events = self._native()(api, body)
+        if not isinstance(events, list):
+            raise TypeError("a streamed native call needs events, not an answer")
+        self.streams_opened += 1
+        return self._relay(events)
+
+    def _native(self) -> NativeHandler:
+        if self.native is None:
+            raise ProviderError("This FunctionBackend answers no native call (no native handler).", status=501)
+        return self.native
 
     async def _relay(self, chunks: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
         try:

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from proxy.kernel.errors import ProviderError, ProxyError
+from proxy.kernel.route_api import Api
 from proxy.process.offline import prepare_offline_environment
 from proxy.provider.error_translation import translate_provider_error
 from proxy.provider.fast.messages import copied_messages
+from proxy.provider.native_transport import NativeTransport
 from proxy.provider.serialize import StreamSerializer, response_to_openai
 
 if TYPE_CHECKING:
@@ -42,6 +44,7 @@ class LiteLLMBackend:
             from proxy.provider.fast import FastPath
 
             self._fast = FastPath(litellm)
+        self._native: NativeTransport | None = None  # made on the first native call
 
     async def aclose(self) -> None:
         """Close the provider connections litellm opened on this event loop, and the fast path's pool;
@@ -49,6 +52,8 @@ class LiteLLMBackend:
         await close_loop_clients(self._litellm)
         if self._fast is not None:
             await self._fast.aclose()
+        if self._native is not None:
+            await self._native.aclose()
 
     def model_map_limits(self, model: str) -> tuple[int | None, int | None]:
         """(max input tokens, max output tokens) from litellm's bundled model map; ``None`` where unknown."""
@@ -117,6 +122,25 @@ class LiteLLMBackend:
             await _close(upstream)
             raise translate_provider_error(exc, secrets=secrets) from exc
         return _relay(upstream, iterator, serializer, ahead, secrets)
+
+    async def complete_native(
+        self, api: Api, body: dict[str, Any], headers: Mapping[str, str], route: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """A native request's answer, as the provider sent it (``native_transport.py``)."""
+        return await self._transport().complete(api, body, headers, route)
+
+    async def stream_native(
+        self, api: Api, body: dict[str, Any], headers: Mapping[str, str], route: Mapping[str, Any]
+    ) -> AsyncIterator[dict[str, Any]]:
+        """A native request's events, as the provider sent them."""
+        return await self._transport().stream(api, body, headers, route)
+
+    def _transport(self) -> NativeTransport:
+        if self._native is None:
+            from proxy.provider.fast.surface import load
+
+            self._native = NativeTransport(self._litellm, load(), self._timeout)
+        return self._native
 
 
 def _own_messages(arguments: dict[str, Any]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from proxy.kernel.errors import ContextOverflow, ProxyError
+from proxy.kernel.route_api import Api
 from proxy.provider.base import ProviderBackend
 from proxy.provider.call_tag import current_tag, take_shadow_candidate
 from proxy.provider.cassette import Exchange, RecordedRequest
@@ -163,6 +164,43 @@ class RecordingBackend:
             raise
         exchange.chunks = []
         return _recorded(chunks, exchange)
+
+    async def complete_native(
+        self, api: Api, body: dict[str, Any], headers: Mapping[str, str], route: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The wrapped backend's native answer, recorded (the request as ``{"native_api": api, ...body}``)."""
+        capture = _ACTIVE.get()
+        if capture is None:
+            return await self._inner.complete_native(api, body, headers, route)
+        exchange = capture.start(native_input(api, body))
+        try:
+            response = await self._inner.complete_native(api, body, headers, route)
+        except ProxyError as exc:
+            exchange.error = error_record(exc)
+            raise
+        exchange.response = copy.deepcopy(response)
+        return response
+
+    async def stream_native(
+        self, api: Api, body: dict[str, Any], headers: Mapping[str, str], route: Mapping[str, Any]
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The wrapped backend's native events, recorded as they pass."""
+        capture = _ACTIVE.get()
+        if capture is None:
+            return await self._inner.stream_native(api, body, headers, route)
+        exchange = capture.start(native_input(api, body))
+        try:
+            events = await self._inner.stream_native(api, body, headers, route)
+        except ProxyError as exc:
+            exchange.error = error_record(exc)
+            raise
+        exchange.chunks = []
+        return _recorded(events, exchange)
+
+
+def native_input(api: Api, body: dict[str, Any]) -> dict[str, Any]:
+    """How a native call's request is recorded and replayed: its body, tagged with its API."""
+    return {"native_api": api, **body}
 
 
 async def _recorded(chunks: AsyncIterator[dict[str, Any]], exchange: Exchange) -> AsyncIterator[dict[str, Any]]:

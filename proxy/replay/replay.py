@@ -16,7 +16,7 @@ import json
 import re
 import tempfile
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,9 +26,11 @@ import httpx
 from proxy.context.nonce import session_nonce
 from proxy.kernel.config import Settings
 from proxy.kernel.errors import ContextOverflow, ProviderError, ProxyError
+from proxy.kernel.route_api import Api
 from proxy.provider.call_tag import current_tag, take_shadow_candidate
 from proxy.provider.cassette import Exchange, RecordedRequest, read_recordings
 from proxy.provider.chunks import accumulate, synthesize
+from proxy.provider.recording import native_input
 from proxy.provider.redaction import redact_llm_input
 from proxy.provider.science_script import checkpoint_for
 
@@ -139,6 +141,26 @@ class ReplayBackend:
             response = exchange.response or {}
             chunks = synthesize([], response["choices"][0]["message"])
         return _iterate(chunks)
+
+    async def complete_native(
+        self, api: Api, body: dict[str, Any], headers: Mapping[str, str], route: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The recorded native answer of this call."""
+        llm_input = native_input(api, body)
+        exchange = self._answer(self._start(llm_input), llm_input)
+        if exchange.response is None:
+            raise ProviderError(f"replay: the recording of this {api} call is a stream", code=UNRECORDED)
+        return copy.deepcopy(exchange.response)
+
+    async def stream_native(
+        self, api: Api, body: dict[str, Any], headers: Mapping[str, str], route: Mapping[str, Any]
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The recorded native events of this call."""
+        llm_input = native_input(api, body)
+        exchange = self._answer(self._start(llm_input), llm_input)
+        if exchange.chunks is None:
+            raise ProviderError(f"replay: the recording of this {api} call is not a stream", code=UNRECORDED)
+        return _iterate(copy.deepcopy(exchange.chunks))
 
 
 async def _iterate(chunks: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:

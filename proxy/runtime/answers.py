@@ -25,9 +25,11 @@ Release = Callable[[], Awaitable[None]]
 
 @dataclass(frozen=True)
 class Completion:
-    """A whole (non-streaming) answer."""
+    """A whole (non-streaming) answer: a chat completion, and for a native call (``runtime/native.py``) the
+    provider's own answer, which the client gets (``response`` is its chat view, for the turn's bookkeeping)."""
 
     response: dict[str, Any]
+    native: dict[str, Any] | None = None
 
     @property
     def message(self) -> dict[str, Any]:
@@ -39,16 +41,18 @@ class Completion:
 
 
 class BufferedStream(AsyncIterator[dict[str, Any]]):
-    """A stream read to its end before it is relayed; replayed chunk by chunk to the client."""
+    """A stream read to its end before it is relayed; replayed chunk by chunk to the client. For a native
+    call the chunks are the provider's own events and ``message`` is their chat view."""
 
-    def __init__(self, chunks: list[dict[str, Any]]) -> None:
+    def __init__(self, chunks: list[dict[str, Any]], message: dict[str, Any] | None = None) -> None:
         self.chunks = chunks
+        self._message = message
         self._next = 0
 
     @property
     def message(self) -> dict[str, Any]:
         """The assistant message the chunks add up to."""
-        return accumulate(self.chunks)
+        return dict(self._message) if self._message is not None else accumulate(self.chunks)
 
     def outlive(self, lock: TurnLock) -> None:
         """Nothing to hold: the provider's stream was read to its end before the turn returned."""

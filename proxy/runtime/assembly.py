@@ -17,6 +17,7 @@ from proxy.kernel.config import Mode, ModelRoute
 from proxy.runtime.branch import BranchTurn
 from proxy.runtime.calibration import TokenAccounting
 from proxy.runtime.limits import ModelLimits
+from proxy.runtime.native import NativeRequest
 from proxy.runtime.session_identity import SessionIdentity
 from proxy.session.store import BranchView, Reconciliation
 
@@ -44,6 +45,8 @@ class TurnRequest:
     # The assembler's branch state and checkpoints, read with the turn's ``begin_turn``: valid for the first
     # attempt of the first round only (later calls follow the request's own writes), else ``None``.
     view: BranchView | None = None
+    # Set when the provider is sent the client's own API (``runtime/native.py``); None: a chat call.
+    native: NativeRequest | None = None
 
 
 @dataclass(frozen=True)

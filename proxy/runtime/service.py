@@ -26,6 +26,7 @@ from proxy.context.types import TokenEstimator
 from proxy.kernel.client_params import client_arguments, with_route
 from proxy.kernel.config import Mode, ModelRoute, Settings
 from proxy.kernel.errors import AssemblyFailed, ContextOverflow, ProxyError
+from proxy.kernel.native import NATIVE, without_native
 from proxy.provider import call_tag
 from proxy.provider.base import ProviderBackend
 from proxy.provider.chunks import synthesize
@@ -37,6 +38,7 @@ from proxy.runtime.branch import BRANCH_TURNS, BranchTurn, branch_of, next_branc
 from proxy.runtime.calibration import TokenCalibrator, usage_of
 from proxy.runtime.issued_checkpoints import IssuedCheckpoint
 from proxy.runtime.limits import ModelLimits, ModelMapLookup, RouteLimits
+from proxy.runtime.native import NativeCodec, NativeRequest
 from proxy.runtime.observers import CallObserver, Observers
 from proxy.runtime.remote_compaction import (
     CompactionRequest,
@@ -133,8 +135,10 @@ class TurnService:
         mode: Mode | None = None,
         ingress: Mapping[str, Any] | None = None,
         digests: Sequence[bytes] | None = None,
+        native: NativeRequest | None = None,
     ) -> TurnResult:
-        """Serve one validated request; the caller has already authorized and routed it.
+        """Serve one validated request; the caller has already authorized and routed it. ``native``: the
+        provider is sent the client's own API (``runtime/native.py``), in every mode.
 
         ``ingress`` is what a non-chat ingress records about its translation (for the trace); ``digests``
         are the messages' exact digests when the edge computed them (``proxy/edge/known_messages.py``).
@@ -145,6 +149,8 @@ class TurnService:
             request = await self._first_request(
                 body, identity, route, headers or {}, mode or self.settings.mode, ingress, hashes
             )
+            if native is not None:
+                request = replace(request, native=native)
             answer = await self._answer(request)
             answer.outlive(lock)  # what the answer still needs once the turn returns (a live stream: the lock)
             return TurnResult(identity, request.mode, answer, working=request)
@@ -296,7 +302,7 @@ class TurnService:
                 )
                 continue
             if calls:  # past the round limit: the client must never see a tool it does not know
-                answer = _without_proxy_calls(reply, rounds if offered else 1)
+                answer = _without_proxy_calls(reply, rounds if offered else 1, request.native)
             if rounds:
                 # The steps taken for this answer become part of the branch that continues with it.
                 await self._link_steps(request, answer)
@@ -372,6 +378,10 @@ class TurnService:
                 logger.warning("shadow candidate failed for %s: %s", request.identity.context_id, exc)
                 shadow_failure = exc
         sent = candidate if request.mode == "dynamic" else None
+        if request.native is not None:
+            return await self._native_attempt(
+                request, request.native, candidate, shadow_failure, recovery, reason, began
+            )
         llm_input = build_llm_input(request.body, request.route, sent)
         # The usage of a streamed answer is the calibration's only source for it: in dynamic mode the
         # proxy asks for it and keeps it from a client that did not (shadow and legacy send what the
@@ -423,6 +433,101 @@ class TurnService:
         finally:
             record.provider_ms = round((time.perf_counter() - started) * 1000, 3)
             if not live:
+                self._write_trace(record)
+
+    async def _native_attempt(
+        self,
+        request: TurnRequest,
+        native: NativeRequest,
+        candidate: Candidate | None,
+        shadow_failure: Exception | None,
+        recovery: int,
+        reason: str,
+        began: int,
+    ) -> _Reply:
+        """``_attempt``'s provider call when the provider is sent the client's own API (``runtime/native.py``):
+        the codec renders the body, the provider's answer or events go back to the client as they came, and
+        their chat view serves the turn (proxy-owned calls, calibration, the trace's usage)."""
+        sent = candidate if request.mode == "dynamic" else None
+        stream = bool(request.body.get("stream"))
+        codec = native.codec
+        counted = _chat_form(request.body, sent)  # the chat form of what is sent: what calibration counts
+        body = codec.body(counted["messages"], counted["tools"], stream=stream)
+        if request.mode == "shadow" and candidate is not None:  # record and replay compare shadow candidates
+            call_tag.offer_shadow_candidate(lambda: codec.body(candidate.messages, candidate.tools, stream=stream))
+        record = CallRecord(
+            request,
+            candidate,
+            body,
+            _client_tokens(request.body, self._sizes(request)),
+            recovery,
+            reason,
+            assembly_error=shadow_failure,
+        )
+        record.started_ns = began
+        proxy_tools = sent.proxy_tools if sent is not None else frozenset()
+        visible = sent.visible_history if sent is not None else ()
+        route = request.route.litellm_params
+        started = time.perf_counter()
+        live = False
+        try:
+            answer: Answer
+            if not stream:
+                response = await self.backend.complete_native(native.api, body, native.headers, route)
+                chat = codec.chat_view(response)
+                record.usage = chat.get("usage")
+                await self.calibrator.observe(request.route, counted, record.usage, _counter(request))
+                answer = Completion(chat, native=response)
+            elif proxy_tools:
+                events = [
+                    event async for event in await self.backend.stream_native(native.api, body, native.headers, route)
+                ]
+                chat = codec.chat_view(codec.response_of(events))
+                record.usage = chat.get("usage")
+                await self.calibrator.observe(request.route, counted, record.usage, _counter(request))
+                answer = BufferedStream(events, message=chat["choices"][0]["message"])
+            else:
+                events_in = await self.backend.stream_native(native.api, body, native.headers, route)
+                relay = self._finish_native_stream(events_in, record, codec, counted)
+                answer, live = LiveStream(relay), True
+            return _Reply(answer, proxy_tools, visible)
+        except ProxyError as exc:
+            record.provider_error = exc.body()["error"]
+            record.provider_status = exc.status
+            if isinstance(exc, ContextOverflow):
+                exc.sent_tokens = _estimated_size(counted, exc.counts_output, self._sizes(request))
+            raise
+        finally:
+            record.provider_ms = round((time.perf_counter() - started) * 1000, 3)
+            if not live:
+                self._write_trace(record)
+
+    async def _finish_native_stream(
+        self,
+        events: AsyncIterator[dict[str, Any]],
+        record: CallRecord,
+        codec: NativeCodec,
+        counted: dict[str, Any],
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Relay the provider's own events as they come; when the stream ends, learn from its usage. The
+        trace is written when the stream ends, fails or is dropped."""
+        seen: list[dict[str, Any]] = []
+        try:
+            async for event in events:
+                seen.append(event)
+                yield event
+            record.usage = codec.chat_view(codec.response_of(seen)).get("usage")
+            await self.calibrator.observe(record.request.route, counted, record.usage, _counter(record.request))
+        except ProxyError as exc:
+            record.provider_error = exc.body()["error"]
+            record.provider_status = exc.status
+            raise
+        finally:
+            try:
+                aclose = getattr(events, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            finally:
                 self._write_trace(record)
 
     async def _assemble(self, request: TurnRequest, recovery: int, reason: str) -> Candidate:
@@ -512,10 +617,12 @@ def _client_chunk(chunk: dict[str, Any], strip_usage: bool) -> dict[str, Any] | 
     return {key: value for key, value in chunk.items() if key != "usage"}
 
 
-def _without_proxy_calls(reply: _Reply, rounds: int) -> Answer:
+def _without_proxy_calls(reply: _Reply, rounds: int, native: NativeRequest | None = None) -> Answer:
     """The answer with its proxy-owned calls removed: the client must never see a tool it does not know."""
     answer = reply.answer
     assert not isinstance(answer, LiveStream)  # a live stream offered no proxy tool, so it has no such call
+    if native is not None:
+        return _native_without_proxy_calls(answer, reply.proxy_tools, native.codec)
     message = answer.message
     kept = [c for c in message.get("tool_calls") or [] if c["function"]["name"] not in reply.proxy_tools]
     message.pop("tool_calls", None)
@@ -533,6 +640,27 @@ def _without_proxy_calls(reply: _Reply, rounds: int) -> Answer:
     return BufferedStream(synthesize(answer.chunks, message))
 
 
+def _native_without_proxy_calls(
+    answer: Completion | BufferedStream, names: frozenset[str], codec: NativeCodec
+) -> Answer:
+    """A native answer without its proxy-owned calls: the provider's answer as the codec removes them."""
+    response = answer.native if isinstance(answer, Completion) and answer.native is not None else None
+    if response is None and isinstance(answer, BufferedStream):
+        response = codec.response_of(answer.chunks)
+    kept = codec.without_tools(response or {}, names)
+    chat = codec.chat_view(kept)
+    if isinstance(answer, Completion):
+        return Completion(chat, native=kept)
+    return BufferedStream(codec.events_of(kept), message=chat["choices"][0]["message"])
+
+
+def _chat_form(body: Mapping[str, Any], sent: Candidate | None) -> dict[str, Any]:
+    """The chat messages and tools a native call carries: the assembled ones, else the client's."""
+    if sent is not None:
+        return {"messages": sent.messages, "tools": sent.tools or []}
+    return {"messages": body.get("messages") or [], "tools": body.get("tools") or []}
+
+
 def build_llm_input(body: dict[str, Any], route: ModelRoute, candidate: Candidate | None) -> dict[str, Any]:
     """The keyword arguments for ``litellm.acompletion``: the client's allow-listed fields (see
     ``proxy.kernel.client_params``), the assembled messages and tools when a candidate is sent, and the route's
@@ -547,6 +675,10 @@ def build_llm_input(body: dict[str, Any], route: ModelRoute, candidate: Candidat
             llm_input.pop("tools", None)
             llm_input.pop("tool_choice", None)
             llm_input.pop("parallel_tool_calls", None)
+    messages = llm_input.get("messages")
+    if isinstance(messages, list) and any(isinstance(m, dict) and NATIVE in m for m in messages):
+        # A step a native call left (its provider-native parts) goes to a chat provider in its chat form only.
+        llm_input["messages"] = [without_native(m) if isinstance(m, dict) else m for m in messages]
     return with_route(llm_input, route.litellm_params)
 
 

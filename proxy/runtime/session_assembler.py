@@ -28,6 +28,7 @@ from proxy.context.state import RunStateMemo, StateConfig
 from proxy.context.types import ToolContext, tool_name
 from proxy.kernel.canonical import HistoryEntry, chain_hash
 from proxy.kernel.config import ModelRoute, Settings
+from proxy.kernel.native import NATIVE
 from proxy.provider.base import ProviderBackend
 from proxy.provider.redaction import without_credentials
 from proxy.runtime.assembly import Candidate, CandidateRecord, SummaryBackoff, TurnRequest
@@ -45,6 +46,8 @@ SUMMARY_RETRY_MESSAGES = 20
 # What ``assemble`` reads of the branch state. Values earlier releases kept session-wide (chain hash "")
 # are read as the root of every chain (the store's ``branch_view``).
 _CHANNELS = (PREVIEWED_REFS, SUMMARY_RETRY_AFTER, INTERNAL_ANCHORS)
+# The result a client's call gets when it came in one answer with proxy-owned calls (a reasoning answer).
+NOT_RUN = "Not run: the proxy ran your other calls in this answer first. Call {name} again if you still need it."
 
 
 class SessionAssembler:
@@ -162,16 +165,32 @@ class SessionAssembler:
         """Run the model's proxy-owned calls and store the step after the request's last message.
 
         Client calls made in the same answer are dropped: the model made them without the results it
-        asked for, and it is asked again right away with those results in place. Tools judge what is
-        "still in context" (a skill body) against ``visible``, the history the model actually saw.
+        asked for, and it is asked again right away with those results in place (an answer carrying the
+        provider's reasoning is kept whole instead, see below). Tools judge what is "still in context" (a
+        skill body) against ``visible``, the history the model actually saw.
         """
         history = await self.history(request, await self._view(request))
         # The window's own messages until now: copied here, where a proxy step reads them, rather than on
         # every turn (a thousand dicts at 1,000 messages) for the few whose model calls a proxy tool.
         context = self._tool_context(request, history, tuple(dict(m) for m in visible))
-        step: list[dict[str, Any]] = [{"role": "assistant", "content": message.get("content"), "tool_calls": calls}]
-        for call in calls:
-            result = await self._toolbox.run(context, call)
+        if not _carries_reasoning(message):
+            step: list[dict[str, Any]] = [{"role": "assistant", "content": message.get("content"), "tool_calls": calls}]
+            for call in calls:
+                result = await self._toolbox.run(context, call)
+                step.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+            await self.record_internal_step(request, step)
+            return
+        # Signed thinking or an encrypted reasoning item is valid only as the provider wrote it, and a
+        # reasoning item must stay with the call it preceded: the answer is kept whole, client calls
+        # included. Those get a result saying they were not run, so every call stays answered and the
+        # model, asked again, makes them again.
+        ours = {call["id"] for call in calls}
+        step = [dict(message)]
+        for call in message.get("tool_calls") or []:
+            if call["id"] in ours:
+                result = await self._toolbox.run(context, call)
+            else:
+                result = NOT_RUN.format(name=call["function"]["name"])
             step.append({"role": "tool", "tool_call_id": call["id"], "content": result})
         await self.record_internal_step(request, step)
 
@@ -229,6 +248,11 @@ class SessionAssembler:
         return await self._store.branch_view(
             request.identity.context_id, request.reconciliation.chain_hashes, _CHANNELS
         )
+
+
+def _carries_reasoning(message: Mapping[str, Any]) -> bool:
+    """Whether an answer holds the provider's own reasoning (a native answer, litellm's thinking blocks)."""
+    return NATIVE in message or bool(message.get("thinking_blocks"))
 
 
 def _anchors(view: BranchView) -> dict[str, str]:

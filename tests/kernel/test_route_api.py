@@ -65,3 +65,11 @@ def test_the_routes_command_shows_each_routes_api_and_why(tmp_path: Path, capsys
     assert main(["routes", "--config", str(_config(tmp_path, ""))]) == 0
     line = capsys.readouterr().out.strip()
     assert line.split("\t")[:3] == ["m", "anthropic/claude-x", "messages"]
+
+
+@pytest.mark.parametrize(("model", "api"), [("hosted_vllm/q", "messages"), ("anthropic/claude-x", "responses")])
+def test_a_native_api_on_a_provider_that_does_not_speak_it_stops_start_up(tmp_path: Path, model: str, api: str) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(f"model_list:\n  - model_name: m\n    litellm_params: {{model: {model}}}\n    api: {api}\n")
+    with pytest.raises(ConfigError, match=rf"model_list\[0\]\.api: {api} is spoken to"):
+        Settings.from_env({}, config_path=path)

@@ -20,9 +20,10 @@ from proxy.edge.answering import answering
 from proxy.ingress.chat.wire import parse_chat_request
 from proxy.ingress.front_door import FrontDoor, context_headers
 from proxy.ingress.messages.errors import error_body, error_response, prompt_too_long
+from proxy.ingress.messages.native import native_request
 from proxy.ingress.messages.request import Translation, to_chat
 from proxy.ingress.messages.response import to_message
-from proxy.ingress.messages.stream import message_events
+from proxy.ingress.messages.stream import message_events, native_events
 from proxy.ingress.messages.wire import parse_count_tokens_request, parse_messages_request
 from proxy.kernel.config import ModelRoute
 from proxy.kernel.errors import AssemblyFailed, ContextOverflow
@@ -56,11 +57,17 @@ class MessagesIngress:
         service = front.service
         request = parse_messages_request(body)
         route = front.route(request.model)
-        translation = to_chat(request, body, route, http.headers)
+        native = route.api == "messages"  # the client speaks its route's own API: native passage
+        translation = to_chat(request, body, route, http.headers, native=native)
         parse_chat_request(translation.body)  # the chat path's own checks: tool results answer their calls
+        passage = None
+        if native:
+            passage = native_request(body, route, http.headers, translation.body.get("max_tokens"), translation.notes)
         identity = front.identify(http.headers, translation.body)
         try:
-            result = await front.run(translation.body, identity, route, http.headers, mode, ingress=translation.notes)
+            result = await front.run(
+                translation.body, identity, route, http.headers, mode, ingress=translation.notes, native=passage
+            )
         except (ContextOverflow, AssemblyFailed) as exc:
             limits = service.limits_for(route)
             # The proxy's own assembly failing is measured against the window it assembles for (the operator's
@@ -70,7 +77,12 @@ class MessagesIngress:
             error.headers.update(context_headers(identity, mode))
             raise error from exc
         if isinstance(result.answer, Completion):
+            if result.answer.native is not None:  # the provider's own answer, as it came
+                return JSONAnswer(result.answer.native, headers=result.headers)
             return JSONAnswer(to_message(result.answer.response, request.model), headers=result.headers)
+        if passage is not None:
+            relayed = native_events(result.answer, error_body)
+            return StreamingResponse(relayed, media_type="text/event-stream", headers=result.headers)
         estimate = await _estimate(service, route, translation)
         events = message_events(result.answer, request.model, error_body, estimate)
         return StreamingResponse(events, media_type="text/event-stream", headers=result.headers)

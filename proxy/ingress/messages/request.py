@@ -30,17 +30,15 @@ from proxy.ingress.messages.wire import (
     DocumentBlock,
     ImageBlock,
     MessagesRequest,
-    RedactedThinkingBlock,
     TextBlock,
-    ThinkingBlock,
     Tool,
     ToolChoice,
     ToolResultBlock,
-    ToolUseBlock,
     parse_block,
 )
 from proxy.kernel.config import ModelRoute
 from proxy.kernel.errors import InvalidRequest
+from proxy.kernel.native import with_native
 from proxy.kernel.route_api import provider_of
 
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
@@ -69,12 +67,18 @@ def to_chat(
     raw: Mapping[str, Any],
     route: ModelRoute,
     headers: Mapping[str, str],
+    *,
+    native: bool = False,
 ) -> Translation:
-    """The chat body for ``request`` (validated from ``raw``) on ``route``."""
+    """The chat body for ``request`` (validated from ``raw``) on ``route``; ``native``: the route is spoken to
+    in the Messages API, so each message keeps the blocks it came from (``proxy/kernel/native.py``)."""
     anthropic = is_anthropic_route(route)
     notes: dict[str, Any] = {"api": "anthropic-messages"}
-    converter = _Converter(anthropic=anthropic)
+    converter = _Converter(anthropic=anthropic, native=native)
     messages = converter.system(request.system)
+    if native and messages and raw.get("system"):
+        system = raw["system"]
+        with_native(messages[0], "messages", [system] if isinstance(system, str) else list(system))
     for index, message in enumerate(request.messages):
         messages += converter.message(message.role, message.content, index)
     if not anthropic:
@@ -205,8 +209,9 @@ def _tool_choice(choice: ToolChoice | None) -> dict[str, Any]:
 class _Converter:
     """Turns Anthropic messages into chat messages, counting the server blocks it leaves out."""
 
-    def __init__(self, anthropic: bool) -> None:
+    def __init__(self, anthropic: bool, native: bool = False) -> None:
         self.anthropic = anthropic  # thinking blocks and cache_control marks go to Anthropic only
+        self.native = native  # the route speaks Messages: each message keeps the blocks it came from
         self.dropped_blocks = 0
 
     def system(self, system: str | list[TextBlock] | None) -> list[dict[str, Any]]:
@@ -218,7 +223,7 @@ class _Converter:
 
     def message(self, role: str, content: str | list[dict[str, Any]], index: int) -> list[dict[str, Any]]:
         if isinstance(content, str):
-            return [{"role": role, "content": content}]
+            return [self._native({"role": role, "content": content}, [content])]
         where = f"messages.{index}.content"
         if role == "system":
             blocks = [parse_block(raw, f"{where}.{j}", _SYSTEM_BLOCKS) for j, raw in enumerate(content)]
@@ -227,56 +232,97 @@ class _Converter:
             return self._user(content, where)
         return [self._assistant(content, where)]
 
-    def _parse(self, content: list[dict[str, Any]], where: str, allowed: tuple[str, ...]) -> list[Any]:
+    def _parse(self, content: list[dict[str, Any]], where: str, allowed: tuple[str, ...]) -> list[tuple[Any, Any]]:
+        """Each block validated, with the raw block it came from; server blocks are left out (counted)."""
         blocks = []
         for j, raw in enumerate(content):
             kind = raw.get("type") if isinstance(raw, dict) else None
             if isinstance(kind, str) and _is_server_block(kind):
                 self.dropped_blocks += 1
                 continue
-            blocks.append(parse_block(raw, f"{where}.{j}", allowed))
+            blocks.append((parse_block(raw, f"{where}.{j}", allowed), raw))
         return blocks
 
     def _user(self, content: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
         results: list[dict[str, Any]] = []
         parts: list[dict[str, Any]] = []
-        for block in self._parse(content, where, _USER_BLOCKS):
+        raw_parts: list[Any] = []
+        for block, raw in self._parse(content, where, _USER_BLOCKS):
             if isinstance(block, ToolResultBlock):
-                results.append(_tool_message(block))
-            elif isinstance(block, TextBlock):
+                results.append(self._native(_tool_message(block), [raw]))
+                continue
+            raw_parts.append(raw)
+            if isinstance(block, TextBlock):
                 parts.append(_text_part(block))
             elif isinstance(block, ImageBlock):
                 parts.append(_image_part(block))
             elif isinstance(block, DocumentBlock):
                 parts.append(_document_part(block, where))
+        if self.native:  # a native route gets the server blocks back as they were sent
+            raw_parts = [raw for raw in content if not _is_tool_result(raw)]
         # Anthropic puts tool results first in the user message; chat needs them as tool messages
         # right after the assistant's calls, and whatever else the user said after them.
-        return results + ([{"role": "user", "content": parts}] if parts else [])
+        user = [self._native({"role": "user", "content": parts}, raw_parts)] if parts else []
+        return results + user
 
     def _assistant(self, content: list[dict[str, Any]], where: str) -> dict[str, Any]:
-        parts: list[dict[str, Any]] = []
-        calls: list[dict[str, Any]] = []
-        thinking: list[dict[str, Any]] = []
-        for block in self._parse(content, where, _ASSISTANT_BLOCKS):
-            if isinstance(block, TextBlock):
-                parts.append(_text_part(block))
-            elif isinstance(block, ToolUseBlock):
-                arguments = json.dumps(block.input, ensure_ascii=False)
-                calls.append(
-                    {"id": block.id, "type": "function", "function": {"name": block.name, "arguments": arguments}}
-                )
-            elif isinstance(block, ThinkingBlock):
-                thinking.append({"type": "thinking", "thinking": block.thinking, "signature": block.signature or ""})
-            elif isinstance(block, RedactedThinkingBlock):
-                thinking.append({"type": "redacted_thinking", "data": block.data})
-        message: dict[str, Any] = {"role": "assistant", "content": _joined(parts) if parts else None}
-        if not calls and message["content"] is None:
-            message["content"] = ""
-        if calls:
-            message["tool_calls"] = calls
-        if thinking and self.anthropic:
-            message["thinking_blocks"] = thinking
-        return message
+        for j, raw in enumerate(content):  # validated block by block, for errors that name the block
+            kind = raw.get("type") if isinstance(raw, dict) else None
+            if not (isinstance(kind, str) and _is_server_block(kind)):
+                parse_block(raw, f"{where}.{j}", _ASSISTANT_BLOCKS)
+        message, dropped = assistant_message(content, thinking=self.anthropic)
+        self.dropped_blocks += dropped
+        return self._native(message, content)
+
+    def _native(self, message: dict[str, Any], parts: list[Any]) -> dict[str, Any]:
+        """``message`` with the blocks it was made from, for a route spoken to in the Messages API."""
+        return with_native(message, "messages", parts) if self.native else message
+
+
+def assistant_message(content: str | list[Any], *, thinking: bool = True) -> tuple[dict[str, Any], int]:
+    """An assistant turn's Anthropic content (validated: the client's, or the provider's own answer) as a
+    chat message, and how many server blocks it left out. Text becomes the content (one plain part as a
+    string), ``tool_use`` blocks tool calls, thinking blocks ``thinking_blocks`` (litellm's name, when
+    ``thinking``). One function for both directions, so the answer the client is sent and the same
+    message it sends back are one message to the store."""
+    if isinstance(content, str):
+        return {"role": "assistant", "content": content}, 0
+    parts: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    reasoning: list[dict[str, Any]] = []
+    dropped = 0
+    for block in content:
+        kind = block.get("type") if isinstance(block, Mapping) else None
+        if kind == "text":
+            part: dict[str, Any] = {"type": "text", "text": block["text"]}
+            if block.get("cache_control") is not None:
+                part["cache_control"] = block["cache_control"]
+            parts.append(part)
+        elif kind == "tool_use":
+            arguments = json.dumps(block.get("input") or {}, ensure_ascii=False)
+            calls.append(
+                {"id": block["id"], "type": "function", "function": {"name": block["name"], "arguments": arguments}}
+            )
+        elif kind == "thinking":
+            reasoning.append(
+                {"type": "thinking", "thinking": block["thinking"], "signature": block.get("signature") or ""}
+            )
+        elif kind == "redacted_thinking":
+            reasoning.append({"type": "redacted_thinking", "data": block["data"]})
+        else:
+            dropped += 1  # server tool blocks: chat has no place for them (a native route keeps them)
+    message: dict[str, Any] = {"role": "assistant", "content": _joined(parts) if parts else None}
+    if not calls and message["content"] is None:
+        message["content"] = ""
+    if calls:
+        message["tool_calls"] = calls
+    if reasoning and thinking:
+        message["thinking_blocks"] = reasoning
+    return message, dropped
+
+
+def _is_tool_result(raw: Any) -> bool:
+    return isinstance(raw, Mapping) and raw.get("type") == "tool_result"
 
 
 def _is_server_block(kind: str) -> bool:

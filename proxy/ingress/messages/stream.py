@@ -150,6 +150,18 @@ async def message_events(
     yield sse({"type": "message_stop"})
 
 
+async def native_events(
+    events: AsyncIterator[dict[str, Any]], render_error: Callable[[ProxyError], dict[str, Any]]
+) -> AsyncIterator[bytes]:
+    """The provider's own events relayed as they come (native passage); a mid-stream error as Anthropic's
+    ``error`` event."""
+    try:
+        async for event in events:
+            yield sse(event)
+    except ProxyError as exc:
+        yield sse(render_error(exc))
+
+
 def _message_start(completion_id: str | None, model: str, estimated_input: int) -> dict[str, Any]:
     # The provider's usage arrives with the last chunk; message_delta carries it (the SDKs take
     # input_tokens from there when it is present), message_start the proxy's estimate.

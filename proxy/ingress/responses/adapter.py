@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from proxy.edge.answering import answering
 from proxy.ingress.front_door import FrontDoor, context_headers, naming_session
+from proxy.ingress.responses.native import native_request
 from proxy.ingress.responses.output import (
     assistant_message,
     completion_status,
@@ -36,12 +37,13 @@ from proxy.ingress.responses.request import (
     translate_input,
     translate_tools,
 )
-from proxy.ingress.responses.stream import ResponseStream
+from proxy.ingress.responses.stream import ResponseStream, native_events
 from proxy.kernel.config import ModelRoute
 from proxy.kernel.errors import InvalidRequest, ProxyError
 from proxy.kernel.jsonio import JSONAnswer, dumps
-from proxy.runtime.answers import Completion
+from proxy.runtime.answers import Completion, TurnResult
 from proxy.runtime.issued_checkpoints import IssuedCheckpoint
+from proxy.runtime.native import NativeRequest
 from proxy.runtime.remote_compaction import CompactionRequest
 from proxy.runtime.service import TurnService
 from proxy.runtime.session_identity import SessionIdentity
@@ -93,7 +95,9 @@ class ResponsesIngress:
         items = items[: triggers[0]] if triggers else items
         tools = translate_tools(request.tools or [])
         checkpoints = await service.issued_checkpoints(_compaction_tokens(items))
-        translated = translate_input(items, tools, {token: issued.message for token, issued in checkpoints.items()})
+        native = route.api == "responses"  # the client speaks its route's own API: native passage
+        in_place = {token: issued.message for token, issued in checkpoints.items()}
+        translated = translate_input(items, tools, in_place, native=native)
         previous = await self._previous(records, request)
         history = [] if previous is None else await _chain(service, previous)
         messages = ([{"role": "system", "content": request.instructions}] if request.instructions else []) + history
@@ -110,9 +114,12 @@ class ResponsesIngress:
                 return await self._compact(
                     service, request, route, identity, messages, last, http, compact_endpoint=compact_endpoint
                 )
-        result = await front.run(chat.body, identity, route, http.headers, mode, ingress=chat.notes)
+        passage = native_request(body, route, chat.tools, chat.notes) if native else None
+        result = await front.run(chat.body, identity, route, http.headers, mode, ingress=chat.notes, native=passage)
         response_id = new_response_id(identity.context_id)
         remember = _remembering(service, records, request, identity, chat.body["messages"], response_id)
+        if passage is not None:
+            return await _native_answer(result, response_id, passage, remember)
         if not isinstance(result.answer, Completion):
             stream = ResponseStream(response_id, request, chat.tools, remember)
             return StreamingResponse(
@@ -198,6 +205,20 @@ class ResponsesIngress:
                 response["object"] = "response.compaction"
             return JSONAnswer(response, headers=headers)
         return StreamingResponse(_sse(_compaction_events(response)), media_type="text/event-stream", headers=headers)
+
+
+async def _native_answer(
+    result: TurnResult, response_id: str, passage: NativeRequest, remember: Callable[..., Any]
+) -> Response:
+    """The provider's own response (or events) with the proxy's response id, remembered like any other."""
+    answer = result.answer
+    if isinstance(answer, Completion) and answer.native is not None:
+        response = {**answer.native, "id": response_id}
+        await remember(response, answer.message)
+        return JSONAnswer(response, headers=result.headers)
+    assert not isinstance(answer, Completion)  # a native call's whole answer always carries the provider's own
+    events = native_events(answer, response_id, passage.codec, remember)
+    return StreamingResponse(_sse(events), media_type="text/event-stream", headers=result.headers)
 
 
 async def _chain(service: TurnService, previous: ResponseRecord) -> list[dict[str, Any]]:

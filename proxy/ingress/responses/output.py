@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from proxy.ingress.responses.request import TOOL_SEARCH, ResponsesRequest, ToolMap
+from proxy.kernel.native import NATIVE
 
 
 def new_id(prefix: str) -> str:
@@ -167,7 +168,8 @@ def completion_status(finish_reason: Any) -> tuple[str, str | None]:
 
 
 def assistant_message(message: Mapping[str, Any]) -> dict[str, Any]:
-    """The canonical chat assistant message to store for a response (its chain head)."""
+    """The canonical chat assistant message to store for a response (its chain head); a native answer's
+    output items go with it (``proxy/kernel/native.py``), so a ``previous_response_id`` continues with them."""
     out: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
     if message.get("tool_calls"):
         out["tool_calls"] = [
@@ -181,4 +183,6 @@ def assistant_message(message: Mapping[str, Any]) -> dict[str, Any]:
             }
             for call in message["tool_calls"]
         ]
+    if NATIVE in message:
+        out[NATIVE] = message[NATIVE]
     return out

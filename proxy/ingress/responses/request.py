@@ -29,6 +29,7 @@ from pydantic_core import ErrorDetails
 
 from proxy.ingress.chat.wire import check_tool_pairing, validated
 from proxy.kernel.errors import InvalidRequest
+from proxy.kernel.native import with_native
 
 COMPACTION_TRIGGER = "compaction_trigger"
 # Tool types that run on OpenAI's side; a chat provider cannot run them.
@@ -237,15 +238,60 @@ def input_items(request: ResponsesRequest) -> list[dict[str, Any]]:
 
 
 def translate_input(
-    items: Sequence[Mapping[str, Any]], tools: ToolMap, checkpoints: Mapping[str, dict[str, Any]]
+    items: Sequence[Mapping[str, Any]],
+    tools: ToolMap,
+    checkpoints: Mapping[str, dict[str, Any]],
+    *,
+    native: bool = False,
 ) -> InputTranslation:
-    """Responses input items to chat messages; ``checkpoints`` maps a compaction token to its message."""
+    """Responses input items to chat messages; ``checkpoints`` maps a compaction token to its message.
+    ``native``: the route speaks Responses, so each message keeps the items it came from
+    (``proxy/kernel/native.py``), reasoning and hosted-tool items with the assistant turn they belong to."""
     out = InputTranslation([])
+    sidecars = _Sidecars() if native else None
     for index, item in enumerate(items):
         if not isinstance(item, Mapping):
             raise InvalidRequest(f"input[{index}] must be an object.", param=f"input.{index}")
-        _translate_item(out, item, index, tools, checkpoints)
+        _translate_item(out, item, index, tools, checkpoints, sidecars)
+    if sidecars is not None:
+        sidecars.finish(out.messages)
     return out
+
+
+class _Sidecars:
+    """The items each chat message of a native request was made from (attached once the messages are whole).
+
+    A reasoning item, or a hosted tool's call, belongs to the assistant turn it is part of: it waits for the
+    assistant message that follows it (the model's text or calls), else joins the one before it."""
+
+    def __init__(self) -> None:
+        self.pending: list[Any] = []
+        self.parts: dict[int, tuple[dict[str, Any], list[Any]]] = {}
+
+    def add(self, message: dict[str, Any], item: Mapping[str, Any]) -> None:
+        self._parts(message).append(dict(item))
+
+    def assistant(self, message: dict[str, Any]) -> None:
+        """``message`` is the assistant turn the waiting items belong to."""
+        self._parts(message).extend(self.pending)
+        self.pending = []
+
+    def settle(self, messages: list[dict[str, Any]]) -> None:
+        """The turn ended (a user message or a tool's output follows): waiting items join the last assistant
+        message, or one of their own."""
+        if not self.pending:
+            return
+        if not messages or messages[-1]["role"] != "assistant":
+            messages.append({"role": "assistant", "content": ""})
+        self.assistant(messages[-1])
+
+    def finish(self, messages: list[dict[str, Any]]) -> None:
+        self.settle(messages)
+        for message, parts in self.parts.values():
+            with_native(message, "responses", parts)
+
+    def _parts(self, message: dict[str, Any]) -> list[Any]:
+        return self.parts.setdefault(id(message), (message, []))[1]
 
 
 def _translate_item(
@@ -254,6 +300,7 @@ def _translate_item(
     index: int,
     tools: ToolMap,
     checkpoints: Mapping[str, dict[str, Any]],
+    sidecars: _Sidecars | None = None,
 ) -> None:
     kind = item.get("type") or ("message" if "role" in item else None)
     param = f"input.{index}"
@@ -265,9 +312,20 @@ def _translate_item(
                 f"input[{index}]: role {role!r} is not one of user, system, developer, assistant.",
                 param=f"{param}.role",
             )
-        messages.append({"role": role, "content": _content(item.get("content"), param, role)})
+        if sidecars is not None and role != "assistant":
+            sidecars.settle(messages)
+        message = {"role": role, "content": _content(item.get("content"), param, role)}
+        messages.append(message)
+        if sidecars is not None:
+            if role == "assistant":
+                sidecars.assistant(message)
+            sidecars.add(message, item)
     elif kind in ("function_call", "custom_tool_call", "tool_search_call"):
-        _assistant_for_calls(messages)["tool_calls"].append(_tool_call(item, kind, param, tools))
+        assistant = _assistant_for_calls(messages)
+        assistant["tool_calls"].append(_tool_call(item, kind, param, tools))
+        if sidecars is not None:
+            sidecars.assistant(assistant)
+            sidecars.add(assistant, item)
     elif kind in ("function_call_output", "custom_tool_call_output", "tool_search_output"):
         call_id = _call_id(item, param)
         if kind == "tool_search_output":
@@ -276,18 +334,28 @@ def _translate_item(
             content = json.dumps(found, ensure_ascii=False)
         else:
             content = _output_text(item.get("output"), param)
-        messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
+        if sidecars is not None:
+            sidecars.settle(messages)
+        tool_message = {"role": "tool", "tool_call_id": call_id, "content": content}
+        messages.append(tool_message)
+        if sidecars is not None:
+            sidecars.add(tool_message, item)
     elif kind == "compaction":
         token = item.get("encrypted_content")
         checkpoint = checkpoints.get(token) if isinstance(token, str) else None
         if checkpoint is None:
             out.dropped["compaction"] = out.dropped.get("compaction", 0) + 1  # not issued by this proxy
         else:
+            if sidecars is not None:
+                sidecars.settle(messages)
             messages.append(dict(checkpoint))
     elif kind == "item_reference":
         raise InvalidRequest(f"input[{index}]: item_reference is not supported; send the item itself.", param=param)
     elif kind == "reasoning" or kind in _HOSTED_ITEM_TYPES:
-        out.dropped[str(kind)] = out.dropped.get(str(kind), 0) + 1
+        if sidecars is not None:
+            sidecars.pending.append(dict(item))  # kept whole, with the turn it belongs to
+        else:
+            out.dropped[str(kind)] = out.dropped.get(str(kind), 0) + 1
     else:
         raise InvalidRequest(f"input[{index}]: unknown item type {kind!r}.", param=f"{param}.type")
 

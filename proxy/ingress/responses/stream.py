@@ -27,6 +27,7 @@ from proxy.ingress.responses.output import (
 )
 from proxy.ingress.responses.request import ResponsesRequest, ToolMap
 from proxy.kernel.errors import ProxyError
+from proxy.runtime.native import NativeCodec
 
 Event = dict[str, Any]
 # Called with the final response object and the accumulated assistant message, before the terminal
@@ -260,3 +261,29 @@ class ResponseStream:
 def _chat_call(slot: dict[str, Any]) -> dict[str, Any]:
     """An accumulated slot as a chat tool call (``call_item``'s input)."""
     return {"id": slot["id"] or None, "function": {"name": slot["name"], "arguments": slot["arguments"]}}
+
+
+async def native_events(
+    events: AsyncIterator[Event], response_id: str, codec: NativeCodec, finish: Finisher
+) -> AsyncIterator[Event]:
+    """The provider's own events relayed as they come (native passage), the response's id the proxy's (so
+    ``previous_response_id`` and ``GET /v1/responses/{id}`` find it); the response is remembered before the
+    terminal event goes out. A failure after the stream began becomes ``response.failed``."""
+    last: dict[str, Any] = {}
+    number = 0
+    try:
+        async for event in events:
+            out = dict(event)
+            if isinstance(out.get("response"), dict):
+                out["response"] = last = {**out["response"], "id": response_id}
+            if out.get("type") in _TERMINAL:
+                await finish(out["response"], codec.chat_view(out["response"])["choices"][0]["message"])
+            number = int(out.get("sequence_number", number)) + 1
+            yield out
+    except ProxyError as exc:
+        error = {"code": exc.code or exc.type, "message": exc.message}
+        failed = {**last, "id": response_id, "status": "failed", "error": error}
+        yield {"type": "response.failed", "response": failed, "sequence_number": number}
+
+
+_TERMINAL = frozenset({"response.completed", "response.incomplete"})

@@ -1,0 +1,52 @@
+"""The provider-native form a canonical message or tool keeps beside its chat form (native passage).
+
+The assembly works on Chat Completions messages. A request that reaches its provider in the client's own
+API (Anthropic Messages, OpenAI Responses: ``proxy/kernel/route_api.py``) carries what chat cannot hold
+(signed thinking blocks, encrypted reasoning items, server-tool blocks, citations, cache marks) in a
+sidecar under the key ``native``: the API it belongs to, the native parts the chat message was made
+from (content blocks or input items), and a digest of the chat message as it was made. When the provider
+request is rendered back into the native API (``proxy/provider/native/``), a message whose chat form is
+unchanged is sent as its native parts, byte for byte; one the assembly changed (a tool result become a
+preview) is rendered from its chat form. The sidecar is stored with the message but is not part of its
+identity (``canonical.py`` hashes the chat fields only), so where a client puts its cache marks does not
+make a message another message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from proxy.kernel.canonical import message_hash, stable_json
+from proxy.kernel.route_api import Api
+
+NATIVE = "native"
+
+
+def with_native(item: dict[str, Any], api: Api, parts: Sequence[Any]) -> dict[str, Any]:
+    """``item`` (a chat message or tool) with its native ``parts`` attached, digesting its chat form now."""
+    item[NATIVE] = {"api": api, "parts": list(parts), "digest": _digest(item)}
+    return item
+
+
+def native_parts(item: Mapping[str, Any], api: Api) -> list[Any] | None:
+    """The native parts ``item`` was made from, when they are ``api``'s and its chat form is unchanged since;
+    ``None`` otherwise (render it from its chat form)."""
+    native = item.get(NATIVE)
+    if not isinstance(native, Mapping) or native.get("api") != api or not isinstance(native.get("parts"), list):
+        return None
+    return list(native["parts"]) if native.get("digest") == _digest(item) else None
+
+
+def without_native(item: Mapping[str, Any]) -> dict[str, Any]:
+    """``item`` without its sidecar: what a chat provider may be sent."""
+    return {key: value for key, value in item.items() if key != NATIVE}
+
+
+def _digest(item: Mapping[str, Any]) -> str:
+    """The chat form's digest: a message's canonical hash, a tool's stable JSON."""
+    chat = without_native(item)
+    if "role" in chat:
+        return message_hash(chat)
+    return hashlib.sha256(stable_json(chat).encode("utf-8", "surrogatepass")).hexdigest()
