@@ -66,7 +66,7 @@ class ResponsesCodec:
         if stream:
             body["stream"] = True
         elif "stream" in self._raw:
-            body["stream"] = self._raw["stream"]
+            body["stream"] = False  # this call is not streamed, whatever the client's request was
         return body
 
     def chat_view(self, response: Mapping[str, Any]) -> dict[str, Any]:
