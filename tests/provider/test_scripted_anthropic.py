@@ -87,7 +87,7 @@ def tool_loop(sdk: anthropic.Anthropic) -> list[dict[str, Any]]:
         messages.append(
             {"role": "assistant", "content": [block.model_dump(exclude_none=True) for block in answer.content]}
         )
-        messages.append(result(answer.content[-1].id))  # type: ignore[union-attr]
+        messages.append(result(answer.content[-1].id))
     return messages
 
 
@@ -136,14 +136,14 @@ def test_a_stream_is_the_real_event_sequence_and_the_sdk_rebuilds_the_same_messa
         plain = create(sdk, messages)
         with sdk.messages.stream(
             model=MODEL, max_tokens=4096, thinking=THINKING, tools=TOOLS, messages=messages
-        ) as stream:  # type: ignore[arg-type]
+        ) as stream:
             streamed = stream.get_final_message()
         events = list(create(sdk, messages, stream=True))
 
     assert [block.type for block in plain.content] == [
         "thinking", "server_tool_use", "web_search_tool_result", "redacted_thinking", "text", "tool_use",
     ]  # fmt: skip
-    assert plain.content[0].signature  # type: ignore[union-attr]
+    assert plain.content[0].signature
     assert [block.model_dump(exclude_none=True) for block in streamed.content] == [
         block.model_dump(exclude_none=True) for block in plain.content
     ]
@@ -250,12 +250,12 @@ def test_a_fifth_cache_control_breakpoint_is_refused(serve: Serve) -> None:
     with serve(stand_in) as sdk:
         sdk.messages.create(
             model=MODEL, max_tokens=64, tools=tools, system=system, messages=[{"role": "user", "content": user}]
-        )  # type: ignore[arg-type]
+        )
         fifth = [*user, {"type": "text", "text": "four", "cache_control": mark}]
         with pytest.raises(anthropic.BadRequestError) as refused:
             sdk.messages.create(
                 model=MODEL, max_tokens=64, tools=tools, system=system, messages=[{"role": "user", "content": fifth}]
-            )  # type: ignore[arg-type]
+            )
     assert refusal(refused.value) == "A maximum of 4 blocks with cache_control may be provided. Found 5."
 
 
@@ -276,8 +276,8 @@ def test_the_prompt_cache_bills_reads_writes_and_the_rest_like_anthropic(serve: 
     with serve(stand_in) as sdk:
 
         def usage(messages: list[Any]) -> tuple[int, int, int]:
-            found = sdk.messages.create(model=MODEL, max_tokens=64, system=system, messages=messages).usage  # type: ignore[arg-type]
-            total = sdk.messages.count_tokens(model=MODEL, system=system, messages=messages).input_tokens  # type: ignore[arg-type]
+            found = sdk.messages.create(model=MODEL, max_tokens=64, system=system, messages=messages).usage
+            total = sdk.messages.count_tokens(model=MODEL, system=system, messages=messages).input_tokens
             assert (
                 found.input_tokens + (found.cache_read_input_tokens or 0) + (found.cache_creation_input_tokens or 0)
                 == total
@@ -285,7 +285,7 @@ def test_the_prompt_cache_bills_reads_writes_and_the_rest_like_anthropic(serve: 
             return found.cache_read_input_tokens or 0, found.cache_creation_input_tokens or 0, found.input_tokens
 
         cold, warm, grown, again = usage(first), usage(first), usage(longer), usage(longer)
-        other_model = sdk.messages.create(model="claude-other", max_tokens=64, system=system, messages=first).usage  # type: ignore[arg-type]
+        other_model = sdk.messages.create(model="claude-other", max_tokens=64, system=system, messages=first).usage
 
     assert cold[:2] == (0, 1250) and warm[:2] == (1250, 0)  # written once, then read
     assert grown[0] == 1250 and grown[1] > 1500  # the system read, the new turns up to the breakpoint written
@@ -300,7 +300,7 @@ def test_nothing_under_the_minimum_is_cached(serve: Serve) -> None:
         for _ in range(2):
             found = sdk.messages.create(
                 model=MODEL, max_tokens=64, system=system_of(4000), messages=[{"role": "user", "content": "Hi"}]
-            )  # type: ignore[arg-type]
+            )
             assert (found.usage.cache_read_input_tokens, found.usage.cache_creation_input_tokens) == (0, 0)
 
 

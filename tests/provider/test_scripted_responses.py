@@ -82,11 +82,11 @@ def test_an_answer_carries_its_items_and_the_request_is_recorded_with_its_header
             model=MODEL,
             instructions="Be brief.",
             input="Weather?",
-            tools=TOOLS,  # type: ignore[arg-type]
+            tools=TOOLS,
             store=False,
             prompt_cache_key="user-1",
             safety_identifier="hash-1",
-            **REASONED,  # type: ignore[arg-type]
+            **REASONED,
         )
 
     assert [item.type for item in answer.output] == ["reasoning", "web_search_call", "message", "custom_tool_call"]
@@ -167,12 +167,12 @@ def test_an_incomplete_answer_says_why_and_its_stream_ends_incomplete(serve: Ser
 def test_a_stateless_tool_loop_that_sends_back_the_encrypted_reasoning_is_answered(serve: Serve) -> None:
     stand_in = ScriptedResponses(reason_then_call)
     with serve(stand_in) as sdk:
-        first = sdk.responses.create(model=MODEL, input="Weather?", store=False, tools=TOOLS, **REASONED)  # type: ignore[arg-type]
+        first = sdk.responses.create(model=MODEL, input="Weather?", store=False, tools=TOOLS, **REASONED)
         call = first.output[1]
         assert call.type == "function_call"
         output = {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}
         items = [{"role": "user", "content": "Weather?"}, *map(plain, first.output), output]
-        second = sdk.responses.create(model=MODEL, input=items, store=False, tools=TOOLS, **REASONED)  # type: ignore[arg-type]
+        second = sdk.responses.create(model=MODEL, input=items, store=False, tools=TOOLS, **REASONED)
     assert second.output_text == "Sunny in Paris." and not stand_in.stored
 
 
@@ -180,7 +180,7 @@ def test_a_stateless_tool_loop_that_sends_back_the_encrypted_reasoning_is_answer
 def test_reasoning_whose_encrypted_content_the_stand_in_did_not_issue_is_refused(serve: Serve, spoil: str) -> None:
     stand_in = ScriptedResponses(reason_then_call)
     with serve(stand_in) as sdk:
-        first = sdk.responses.create(model=MODEL, input="Weather?", store=False, tools=TOOLS, **REASONED)  # type: ignore[arg-type]
+        first = sdk.responses.create(model=MODEL, input="Weather?", store=False, tools=TOOLS, **REASONED)
         reasoning, call = map(plain, first.output)
         if spoil == "summary edited":
             reasoning["summary"][0]["text"] = "Looking up the weather."
@@ -192,7 +192,7 @@ def test_reasoning_whose_encrypted_content_the_stand_in_did_not_issue_is_refused
             reasoning["id"] = "rs_elsewhere"
         output = {"type": "function_call_output", "call_id": call["call_id"], "output": "sunny"}
         with pytest.raises(openai.BadRequestError) as refused:
-            sdk.responses.create(model=MODEL, input=[reasoning, call, output], store=False, **REASONED)  # type: ignore[arg-type]
+            sdk.responses.create(model=MODEL, input=[reasoning, call, output], store=False, **REASONED)
     assert error_of(refused) == {
         "message": f"The encrypted content for item {reasoning['id']} could not be verified. "
         "Reason: Encrypted content could not be decrypted or parsed.",
@@ -205,7 +205,7 @@ def test_reasoning_whose_encrypted_content_the_stand_in_did_not_issue_is_refused
 def test_reasoning_without_the_item_that_followed_it_is_refused(serve: Serve) -> None:
     stand_in = ScriptedResponses(reason_then_call)
     with serve(stand_in) as sdk:
-        first = sdk.responses.create(model=MODEL, input="Weather?", store=False, tools=TOOLS, **REASONED)  # type: ignore[arg-type]
+        first = sdk.responses.create(model=MODEL, input="Weather?", store=False, tools=TOOLS, **REASONED)
         reasoning, _ = map(plain, first.output)
         with pytest.raises(openai.BadRequestError) as refused:
             sdk.responses.create(model=MODEL, input=[{"role": "user", "content": "Weather?"}, reasoning], store=False)
@@ -216,14 +216,14 @@ def test_reasoning_without_the_item_that_followed_it_is_refused(serve: Serve) ->
 def test_store_false_is_recorded_and_its_response_cannot_be_continued(serve: Serve) -> None:
     stand_in = ScriptedResponses(reason_then_call)
     with serve(stand_in) as sdk:
-        kept = sdk.responses.create(model=MODEL, input="Weather?", tools=TOOLS)  # type: ignore[arg-type]
-        dropped = sdk.responses.create(model=MODEL, input="Weather?", tools=TOOLS, store=False)  # type: ignore[arg-type]
+        kept = sdk.responses.create(model=MODEL, input="Weather?", tools=TOOLS)
+        dropped = sdk.responses.create(model=MODEL, input="Weather?", tools=TOOLS, store=False)
         call = kept.output[1]
         assert call.type == "function_call"
         output = {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}
-        continued = sdk.responses.create(model=MODEL, previous_response_id=kept.id, input=[output])  # type: ignore[list-item]
+        continued = sdk.responses.create(model=MODEL, previous_response_id=kept.id, input=[output])
         with pytest.raises(openai.BadRequestError) as refused:
-            sdk.responses.create(model=MODEL, previous_response_id=dropped.id, input=[output])  # type: ignore[list-item]
+            sdk.responses.create(model=MODEL, previous_response_id=dropped.id, input=[output])
         # A reasoning item given by id only resolves when its response was stored.
         by_id = [{"type": "reasoning", "id": dropped.output[0].id, "summary": []}, plain(dropped.output[1])]
         with pytest.raises(openai.NotFoundError) as missing:
