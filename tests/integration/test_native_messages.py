@@ -1,0 +1,186 @@
+"""Claude Code's kind of session through the proxy to its own provider, natively (the Messages API end to end).
+
+The provider is the strict Anthropic stand-in (``proxy/provider/scripted_anthropic.py``): it signs its thinking
+blocks and refuses a block whose signature does not verify, a thinking-enabled tool loop whose assistant turn
+does not open with thinking, a fifth cache breakpoint, unpaired tool results. The client is the official
+``anthropic`` SDK, its answers appended as it returns them (and streams read through its own accumulator).
+Ten tool steps of ~12 KB outputs in a 16k window make the proxy compact and offer its ``read_tool_output``,
+which the model calls once: every request must still be accepted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import pytest
+
+from proxy.app import create_app
+from proxy.kernel.config import ModelRoute, Settings
+from proxy.provider.science_script import tool_output
+from proxy.provider.scripted import serve_in_thread
+from proxy.provider.scripted_anthropic import (
+    DEFAULT_API_KEY,
+    MessageReply,
+    ScriptedAnthropic,
+    SearchResult,
+    Text,
+    Thinking,
+    ToolUse,
+    WebSearch,
+)
+
+STEPS = 10
+BETA = "interleaved-thinking-2025-05-14"
+TOOLS = [
+    {"name": "Bash", "description": "Run a command", "input_schema": {"type": "object", "properties": {}}},
+    {"type": "web_search_20250305", "name": "web_search", "max_uses": 3},
+]
+SYSTEM = [{"type": "text", "text": "You are Claude Code, a coding agent.", "cache_control": {"type": "ephemeral"}}]
+_REF = re.compile(r"ref=([A-Za-z0-9_.:-]+)")
+
+
+class Model:
+    """The scripted model: thinks, runs ``Bash`` step by step (a web search on step 2), reads one compacted
+    output back through the proxy's ``read_tool_output`` once it is offered, then answers."""
+
+    def __init__(self) -> None:
+        self.read_back = False
+
+    def __call__(self, body: dict[str, Any]) -> MessageReply:
+        names = {tool.get("name") for tool in body.get("tools") or []}
+        text = json.dumps(body["messages"])
+        if "read_tool_output" in names and not self.read_back and (ref := _REF.search(text)):
+            self.read_back = True
+            return MessageReply(
+                (
+                    Thinking("An output was compacted; read it back."),
+                    ToolUse("read_tool_output", {"ref": ref.group(1), "query": "step=1"}),
+                )
+            )
+        step = text.count('"tool_use_id"')  # the client's results so far (and the proxy's own)
+        if step >= STEPS:
+            return MessageReply((Thinking("All steps ran."), Text("Done.")))
+        if step == 2:
+            search = WebSearch("calibration", (SearchResult("https://lab.example/cal", "Calibration"),))
+            return MessageReply((Thinking("Look it up."), search, ToolUse("Bash", {"step": step + 1})))
+        return MessageReply((Thinking(f"Step {step + 1}."), ToolUse("Bash", {"step": step + 1})))
+
+
+@pytest.fixture
+def provider() -> Iterator[tuple[ScriptedAnthropic, str]]:
+    stand_in = ScriptedAnthropic(Model(), accept_bearer=False)  # the proxy sends x-api-key, as Anthropic documents
+    with serve_in_thread(stand_in.app()) as url:
+        yield stand_in, url
+
+
+def proxy_for(url: str, tmp_path: Any, **settings: Any) -> Any:
+    route = ModelRoute(
+        "claude",
+        {"model": "anthropic/claude-sonnet-4-5", "api_base": url, "api_key": DEFAULT_API_KEY},
+        max_input_tokens=16_000,
+        max_output_tokens=4_000,
+    )
+    return serve_in_thread(create_app(Settings(data_dir=tmp_path / "data", models=(route,), **settings)))
+
+
+def run_claude_code(sdk: anthropic.Anthropic, *, stream: bool) -> list[Any]:
+    """The agent's loop: ask, run each Bash call (a ~12 KB log), send the results back, until it answers."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": "Calibrate the rig."}]}]
+    answers = []
+    for _ in range(STEPS + 3):
+        kwargs: dict[str, Any] = {
+            "model": "claude",
+            "max_tokens": 32_000,
+            "system": SYSTEM,
+            "messages": messages,
+            "tools": TOOLS,
+            "thinking": {"type": "enabled", "budget_tokens": 4000},
+            "metadata": {"user_id": '{"session_id": "native-cc-1"}'},
+            "extra_headers": {"anthropic-beta": f"{BETA},context-management-2025-06-27"},
+            "extra_body": {"top_k": 40, "service_tier": "auto"},
+        }
+        if stream:
+            with sdk.messages.stream(**kwargs) as events:
+                answer = events.get_final_message()
+        else:
+            answer = sdk.messages.create(**kwargs, timeout=60)
+        answers.append(answer)
+        content = [block.model_dump(exclude_none=True) for block in answer.content]
+        messages.append({"role": "assistant", "content": content})
+        calls = [block for block in answer.content if block.type == "tool_use"]
+        if not calls:
+            return answers
+        results = [
+            {"type": "tool_result", "tool_use_id": call.id, "content": tool_output(int(call.input["step"]))}
+            for call in calls
+        ]
+        messages.append({"role": "user", "content": results})
+    raise AssertionError("the agent did not finish")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_thinking_tool_loop_that_compacts_is_accepted_at_every_call(provider, tmp_path, stream: bool) -> None:
+    stand_in, url = provider
+    with (
+        proxy_for(url, tmp_path) as proxy,
+        anthropic.Anthropic(base_url=proxy, api_key="sk-client", max_retries=0) as sdk,
+    ):
+        answers = run_claude_code(sdk, stream=stream)
+
+    assert answers[-1].content[-1].text == "Done."
+    # Every request reached the stand-in and was accepted: its refusals would have failed the loop above.
+    received = [r for r in stand_in.requests if r.path == "/v1/messages"]
+    assert len(received) == len(answers) + 1  # and one proxy-owned round: read_tool_output, run by the proxy
+    for request in received:
+        body = request.body
+        assert body["thinking"] == {"type": "enabled", "budget_tokens": 4000}
+        assert body["top_k"] == 40 and body["service_tier"] == "auto"
+        assert body["metadata"] == {"user_id": '{"session_id": "native-cc-1"}'}
+        assert request.header("anthropic-beta") == BETA  # the context-management beta the proxy supersedes is out
+        assert request.header("x-api-key") == DEFAULT_API_KEY
+        assert body["tools"][:2] == TOOLS  # the server tool passes, as the client declared it
+        assert json.dumps(body).count('"cache_control"') == 1  # the client's mark on its system prompt, carried
+    # The proxy compacted: old outputs became previews, and the model read one back through the proxy.
+    assert any("ref=" in json.dumps(r.body["messages"]) for r in received)
+    proxy_round = [r for r in received if '"name": "read_tool_output"' in json.dumps(r.body["messages"])]
+    assert proxy_round, "the proxy's own round was sent back to the provider"
+    # Every thinking block the client got carries the signature the provider issued.
+    for answer in answers:
+        thinking = [b for b in answer.content if b.type == "thinking"]
+        assert thinking and all(b.signature for b in thinking)
+    searched = answers[2].content
+    assert [b.type for b in searched][:3] == ["thinking", "server_tool_use", "web_search_tool_result"]
+
+
+def test_a_provider_overflow_is_retried_once_after_a_forced_compaction(provider, tmp_path) -> None:
+    stand_in, url = provider
+    model = stand_in.script
+    refused: list[int] = []
+
+    def overflowing_once(body: dict[str, Any]) -> MessageReply:
+        if json.dumps(body["messages"]).count('"tool_use_id"') == 4 and not refused:
+            refused.append(len(json.dumps(body)))
+            error = {
+                "type": "error",
+                "error": {
+                    "type": "invalid_request_error",
+                    "message": "prompt is too long: 210000 tokens > 200000 maximum",
+                },
+            }
+            return MessageReply(error_status=400, error_body=error)
+        return model(body)
+
+    stand_in.script = overflowing_once
+    with (
+        proxy_for(url, tmp_path) as proxy,
+        anthropic.Anthropic(base_url=proxy, api_key="sk-client", max_retries=0) as sdk,
+    ):
+        answers = run_claude_code(sdk, stream=False)
+    assert answers[-1].content[-1].text == "Done." and refused
+    retried = [r.body for r in stand_in.requests if r.path == "/v1/messages"]
+    index = next(i for i, body in enumerate(retried) if len(json.dumps(body)) == refused[0])
+    assert len(json.dumps(retried[index + 1])) < refused[0]  # the one retry, smaller, and accepted
