@@ -82,13 +82,23 @@ class FrontDoor:
         ingress: Mapping[str, Any] | None = None,
         digests: Sequence[bytes] | None = None,
         native: NativeRequest | None = None,
+        provider_fields: Mapping[str, Any] | None = None,
     ) -> TurnResult:
         """One turn of the canonical chat ``body``, bounded by the shutdown drain; its errors name the session.
-        ``native``: the provider is sent the client's own API (``proxy/runtime/native.py``)."""
+        ``native``: the provider is sent the client's own API (``proxy/runtime/native.py``);
+        ``provider_fields``: arguments the ingress itself sets for litellm (not judged as the client's)."""
         with naming_session(identity, mode):
             async with self.drain.bounded():
                 return await self.service.run(
-                    body, identity, route, headers, mode, ingress=ingress, digests=digests, native=native
+                    body,
+                    identity,
+                    route,
+                    headers,
+                    mode,
+                    ingress=ingress,
+                    digests=digests,
+                    native=native,
+                    provider_fields=provider_fields,
                 )
 
 

@@ -4,8 +4,10 @@ Neither of pydantic's dumps fits: ``exclude_none`` drops keys the schema require
 every stream choice, ``content``, ``refusal`` and ``logprobs`` on a message), while a plain dump emits
 ``"tool_calls": null`` / ``"function_call": null``, which the schema forbids, plus litellm's own fields
 (``provider_specific_fields``, ``citations``, ...). So each object is rebuilt from the keys the schema
-knows, with ``reasoning_content`` kept as the one widely read extension. Empty ``tool_calls`` arrays are
-omitted (OpenAI itself rejects them when a client sends them back).
+knows, with ``reasoning_content`` kept as the one widely read extension, and ``thinking_blocks`` (litellm's
+name for Anthropic's thinking and redacted-thinking blocks, with their signatures: a client that sends an
+answer back must send them unchanged, and the Messages ingress rebuilds Anthropic's blocks from them).
+Empty ``tool_calls`` arrays are omitted (OpenAI itself rejects them when a client sends them back).
 
 ``StreamSerializer`` adds what one chunk cannot know: a tool call's ``function.name`` must arrive whole
 in exactly one delta (the OpenAI Agents SDK keeps only the last fragment, LangChain concatenates them).
@@ -193,6 +195,8 @@ def _choice(choice: Any, position: int) -> dict[str, Any]:
         out_message["function_call"] = function_call
     if isinstance(message.get("reasoning_content"), str):
         out_message["reasoning_content"] = message["reasoning_content"]
+    if blocks := _thinking_blocks(message.get("thinking_blocks")):
+        out_message["thinking_blocks"] = blocks
     annotations = [a for a in _list(message.get("annotations")) if _is_url_citation(a)]
     if annotations:
         out_message["annotations"] = annotations
@@ -214,6 +218,8 @@ def _stream_choice(choice: Any, position: int) -> dict[str, Any]:
     for key in ("content", "refusal", "reasoning_content"):
         if isinstance(delta.get(key), str):
             out_delta[key] = delta[key]
+    if blocks := _thinking_blocks(delta.get("thinking_blocks")):
+        out_delta["thinking_blocks"] = blocks
     calls = [c for c in map(_tool_call_chunk, _list(delta.get("tool_calls"))) if c is not None]
     if calls:
         out_delta["tool_calls"] = calls
@@ -226,6 +232,24 @@ def _stream_choice(choice: Any, position: int) -> dict[str, Any]:
     }
     if choice.get("logprobs") is not None:
         out["logprobs"] = _logprobs(choice["logprobs"])
+    return out
+
+
+def _thinking_blocks(value: Any) -> list[dict[str, Any]]:
+    """litellm's thinking blocks as Anthropic's: a thinking block's text and signature, a redacted one's data."""
+    out: list[dict[str, Any]] = []
+    for item in _list(value):
+        block = item if isinstance(item, dict) else getattr(item, "__dict__", {})
+        if block.get("type") == "thinking":
+            out.append(
+                {
+                    "type": "thinking",
+                    "thinking": str(block.get("thinking") or ""),
+                    "signature": str(block.get("signature") or ""),
+                }
+            )
+        elif block.get("type") == "redacted_thinking":
+            out.append({"type": "redacted_thinking", "data": str(block.get("data") or "")})
     return out
 
 

@@ -47,6 +47,8 @@ class TurnRequest:
     view: BranchView | None = None
     # Set when the provider is sent the client's own API (``runtime/native.py``); None: a chat call.
     native: NativeRequest | None = None
+    # litellm arguments an ingress sets itself for a chat call (not the client's: not allow-listed).
+    provider_fields: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

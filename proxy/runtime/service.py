@@ -136,9 +136,11 @@ class TurnService:
         ingress: Mapping[str, Any] | None = None,
         digests: Sequence[bytes] | None = None,
         native: NativeRequest | None = None,
+        provider_fields: Mapping[str, Any] | None = None,
     ) -> TurnResult:
         """Serve one validated request; the caller has already authorized and routed it. ``native``: the
-        provider is sent the client's own API (``runtime/native.py``), in every mode.
+        provider is sent the client's own API (``runtime/native.py``), in every mode; ``provider_fields``:
+        litellm arguments an ingress sets itself (an Anthropic route spoken to in chat: ``thinking``...).
 
         ``ingress`` is what a non-chat ingress records about its translation (for the trace); ``digests``
         are the messages' exact digests when the edge computed them (``proxy/edge/known_messages.py``).
@@ -149,8 +151,8 @@ class TurnService:
             request = await self._first_request(
                 body, identity, route, headers or {}, mode or self.settings.mode, ingress, hashes
             )
-            if native is not None:
-                request = replace(request, native=native)
+            if native is not None or provider_fields:
+                request = replace(request, native=native, provider_fields=provider_fields or {})
             answer = await self._answer(request)
             answer.outlive(lock)  # what the answer still needs once the turn returns (a live stream: the lock)
             return TurnResult(identity, request.mode, answer, working=request)
@@ -382,7 +384,7 @@ class TurnService:
             return await self._native_attempt(
                 request, request.native, candidate, shadow_failure, recovery, reason, began
             )
-        llm_input = build_llm_input(request.body, request.route, sent)
+        llm_input = build_llm_input(request.body, request.route, sent, request.provider_fields)
         # The usage of a streamed answer is the calibration's only source for it: in dynamic mode the
         # proxy asks for it and keeps it from a client that did not (shadow and legacy send what the
         # client sent, so they learn only when the client asked).
@@ -390,7 +392,9 @@ class TurnService:
         if strip_usage:
             llm_input["stream_options"] = {**(llm_input.get("stream_options") or {}), "include_usage": True}
         if request.mode == "shadow" and candidate is not None:  # record and replay compare shadow candidates
-            call_tag.offer_shadow_candidate(lambda: build_llm_input(request.body, request.route, candidate))
+            call_tag.offer_shadow_candidate(
+                lambda: build_llm_input(request.body, request.route, candidate, request.provider_fields)
+            )
         record = CallRecord(
             request,
             candidate,
@@ -661,12 +665,19 @@ def _chat_form(body: Mapping[str, Any], sent: Candidate | None) -> dict[str, Any
     return {"messages": body.get("messages") or [], "tools": body.get("tools") or []}
 
 
-def build_llm_input(body: dict[str, Any], route: ModelRoute, candidate: Candidate | None) -> dict[str, Any]:
+def build_llm_input(
+    body: dict[str, Any],
+    route: ModelRoute,
+    candidate: Candidate | None,
+    provider_fields: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The keyword arguments for ``litellm.acompletion``: the client's allow-listed fields (see
-    ``proxy.kernel.client_params``), the assembled messages and tools when a candidate is sent, and the route's
-    ``litellm_params`` last. Empty tool lists are omitted (OpenAI rejects ``tools: []``).
+    ``proxy.kernel.client_params``), the arguments an ingress set itself (``provider_fields``), the assembled
+    messages and tools when a candidate is sent, and the route's ``litellm_params`` last. Empty tool lists
+    are omitted (OpenAI rejects ``tools: []``).
     """
     llm_input = client_arguments(body, route.allowed_client_params)
+    llm_input.update(provider_fields or {})
     if candidate is not None:
         llm_input["messages"] = candidate.messages
         if candidate.tools:

@@ -193,6 +193,16 @@ def test_betas_the_proxy_supersedes_or_the_route_refuses_are_not_forwarded_and_a
     assert notes["passage"] == "native"
 
 
+def test_the_trace_does_not_call_dropped_what_native_passage_sends() -> None:
+    raw = request(future_beta_field={"on": True})
+    translation = to_chat(parse_messages_request(raw), raw, ROUTE, {}, native=True)
+    assert translation.notes["droppedServerTools"] and translation.notes["ignoredFields"]  # the chat path's losses
+    passage = native_request(raw, ROUTE, {}, 16_000, translation.notes)
+    assert not {"droppedServerTools", "droppedServerBlocks", "ignoredFields"} & set(translation.notes)
+    body = passage.codec.body(translation.body["messages"], translation.body["tools"], stream=False)
+    assert body["future_beta_field"] == {"on": True}  # a field of a newer beta passes as sent
+
+
 def test_a_server_tool_the_route_does_not_allow_is_refused_naming_the_setting() -> None:
     route = ModelRoute(**{**ROUTE.__dict__, "allowed_server_tools": frozenset({"web_fetch"})})
     with pytest.raises(InvalidRequest, match="allowed_server_tools") as refused:

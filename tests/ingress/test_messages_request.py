@@ -111,9 +111,12 @@ def test_anthropic_route_keeps_thinking_blocks_betas_and_anthropic_only_fields()
         {"type": "thinking", "thinking": "let me see", "signature": "sig-1"},
         {"type": "redacted_thinking", "data": "opaque"},
     ]
-    assert chat["thinking"] == {"type": "enabled", "budget_tokens": 2000}
-    assert (chat["top_k"], chat["output_config"], chat["max_tokens"]) == (5, {"effort": "high"}, 64_000)
-    assert chat["extra_headers"] == {"anthropic-version": "2023-06-01", "anthropic-beta": "context-1m-2025-08-07"}
+    # litellm's own arguments, set by the ingress, apart from the client's fields the allow-list judges
+    provider = translation.provider_fields
+    assert not {"thinking", "top_k", "output_config", "extra_headers"} & set(chat)
+    assert provider["thinking"] == {"type": "enabled", "budget_tokens": 2000}
+    assert (provider["top_k"], provider["output_config"], chat["max_tokens"]) == (5, {"effort": "high"}, 64_000)
+    assert provider["extra_headers"] == {"anthropic-version": "2023-06-01", "anthropic-beta": "context-1m-2025-08-07"}
     assert "context_management" not in chat
     assert translation.notes["notForwarded"] == {"context_management": "superseded by the proxy's own context assembly"}
 
@@ -131,8 +134,8 @@ def test_client_cannot_reach_litellm_arguments_through_the_body():
     translation = translate(
         {"messages": CONVERSATION, "api_base": "http://evil", "extra_headers": {"x": "y"}}, ANTHROPIC
     )
-    assert "api_base" not in translation.body
-    assert translation.body["extra_headers"] == {
+    assert "api_base" not in translation.body and "extra_headers" not in translation.body
+    assert translation.provider_fields["extra_headers"] == {
         "anthropic-version": "2023-06-01",
         "anthropic-beta": "context-1m-2025-08-07",
     }

@@ -184,3 +184,46 @@ def test_a_provider_overflow_is_retried_once_after_a_forced_compaction(provider,
     retried = [r.body for r in stand_in.requests if r.path == "/v1/messages"]
     index = next(i for i, body in enumerate(retried) if len(json.dumps(body)) == refused[0])
     assert len(json.dumps(retried[index + 1])) < refused[0]  # the one retry, smaller, and accepted
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_an_anthropic_route_spoken_to_in_chat_still_gets_what_the_ingress_set(provider, tmp_path, stream) -> None:
+    """``api: chat`` on an Anthropic route: litellm's chat translation, but ``thinking``, ``top_k`` and the beta
+    header the Messages ingress set are its own arguments, not the client's, so the allow-list lets them by."""
+    stand_in, url = provider
+    route = ModelRoute(
+        "claude",
+        {"model": "anthropic/claude-sonnet-4-5", "api_base": url, "api_key": DEFAULT_API_KEY},
+        max_input_tokens=100_000,
+        max_output_tokens=4_000,
+        configured_api="chat",
+    )
+    app = create_app(Settings(data_dir=tmp_path / "data", models=(route,)))
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Calibrate the rig."}]
+    with serve_in_thread(app) as proxy, anthropic.Anthropic(base_url=proxy, api_key="x", max_retries=0) as sdk:
+        for _ in range(2):  # the second turn sends the signed thinking block back: the stand-in verifies it
+            kwargs: dict[str, Any] = {
+                "model": "claude",
+                "max_tokens": 2_000,
+                "messages": messages,
+                "tools": TOOLS[:1],
+                "thinking": {"type": "enabled", "budget_tokens": 1024},
+                "extra_headers": {"anthropic-beta": BETA},
+                "extra_body": {"top_k": 40},
+            }
+            if stream:
+                with sdk.messages.stream(**kwargs) as events:
+                    answer = events.get_final_message()
+            else:
+                answer = sdk.messages.create(**kwargs)
+            assert answer.content[0].type == "thinking" and answer.content[0].signature  # and back, signed
+            messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in answer.content]})
+            (call,) = [b for b in answer.content if b.type == "tool_use"]
+            messages.append(
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "ok"}]}
+            )
+    received = [r for r in stand_in.requests if r.path == "/v1/messages"]
+    assert len(received) == 2
+    for request in received:
+        assert request.body["thinking"] == {"type": "enabled", "budget_tokens": 1024}
+        assert request.body["top_k"] == 40 and BETA in (request.header("anthropic-beta") or "")

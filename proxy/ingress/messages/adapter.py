@@ -66,7 +66,14 @@ class MessagesIngress:
         identity = front.identify(http.headers, translation.body)
         try:
             result = await front.run(
-                translation.body, identity, route, http.headers, mode, ingress=translation.notes, native=passage
+                translation.body,
+                identity,
+                route,
+                http.headers,
+                mode,
+                ingress=translation.notes,
+                native=passage,
+                provider_fields=translation.provider_fields,
             )
         except (ContextOverflow, AssemblyFailed) as exc:
             limits = service.limits_for(route)

@@ -376,6 +376,8 @@ def native_request(
         notes["betasNotForwarded"] = [b for b in betas if b not in kept]
     if "context_management" in raw:
         notes.setdefault("notForwarded", {})["context_management"] = "superseded by the proxy's own context assembly"
+    for key in ("droppedServerTools", "droppedServerBlocks", "ignoredFields"):
+        notes.pop(key, None)  # the chat translation's losses: native passage sends them all
     notes["passage"] = "native"
     notes["forwardedHeaders"] = sorted(forwarded)
     model = route.litellm_model.split("/", 1)[1] if "/" in route.litellm_model else route.litellm_model

@@ -51,10 +51,14 @@ _ANTHROPIC_ONLY = ("top_k", "thinking", "output_config")
 
 @dataclass
 class Translation:
-    """The canonical chat body and what the translation left out (for the trace)."""
+    """The canonical chat body, what the translation left out (for the trace), and the provider arguments
+    the proxy itself sets for an Anthropic route spoken to in chat (``thinking``, ``top_k``,
+    ``output_config``, the Anthropic headers): litellm's, not the client's, so the client allow-list
+    (``proxy/kernel/client_params.py``) does not judge them."""
 
     body: dict[str, Any]
     notes: dict[str, Any] = field(default_factory=dict)
+    provider_fields: dict[str, Any] = field(default_factory=dict)
 
 
 def is_anthropic_route(route: ModelRoute) -> bool:
@@ -107,7 +111,8 @@ def to_chat(
             # arguments through this, and other providers never see Anthropic's betas.
             body["extra_headers"] = forwarded
             notes["forwardedHeaders"] = sorted(forwarded)
-    return Translation(body, notes)
+    provider_fields = {name: body.pop(name) for name in (*_ANTHROPIC_ONLY, "extra_headers") if name in body}
+    return Translation(body, notes, provider_fields)
 
 
 def _sampling(request: MessagesRequest, route: ModelRoute, anthropic: bool, notes: dict[str, Any]) -> dict[str, Any]:
