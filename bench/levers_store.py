@@ -38,6 +38,7 @@ from proxy.builder import build_service  # noqa: E402
 from proxy.context.estimators import ConservativeTokenEstimator  # noqa: E402
 from proxy.context.turn_estimator import TurnEstimator  # noqa: E402
 from proxy.kernel.config import ModelRoute, Settings  # noqa: E402
+from proxy.runtime.calls import ModelCalls  # noqa: E402
 from proxy.runtime.service import TurnService  # noqa: E402
 from proxy.runtime.session_identity import SessionIdentity  # noqa: E402
 from proxy.session import reconcile as rc  # noqa: E402
@@ -174,20 +175,20 @@ def _names_off() -> Iterator[None]:
     """As before the lever: every history message counted through the digest-keyed cache (in the assembly
     and in the calibration sample), the client's request sized for the trace by an uncached counter,
     and the store hashing the request again instead of taking the runner's chain hashes."""
-    name_messages, given, sizes = TurnEstimator.name_messages, rc.given_or_computed, TurnService._sizes
+    name_messages, given, sizes = TurnEstimator.name_messages, rc.given_or_computed, ModelCalls.sizes
 
     def computed(context_id: str, messages: Any, hashes: Any, memo: Any) -> list[str]:
         return rc.request_hashes(context_id, messages, memo)
 
     TurnEstimator.name_messages = lambda self, messages, hashes: None  # type: ignore[method-assign]
     rc.given_or_computed = computed
-    TurnService._sizes = lambda self, request: ConservativeTokenEstimator()  # type: ignore[method-assign]
+    ModelCalls.sizes = lambda self, request: ConservativeTokenEstimator()  # type: ignore[method-assign]
     try:
         yield
     finally:
         TurnEstimator.name_messages = name_messages  # type: ignore[method-assign]
         rc.given_or_computed = given
-        TurnService._sizes = sizes  # type: ignore[method-assign]
+        ModelCalls.sizes = sizes  # type: ignore[method-assign]
 
 
 def prefix_reuse_lever(sizes: Sequence[int] = (1000, 5000), repeats: int = 9) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from proxy.edge.request_body import decode_body  # noqa: E402
 from proxy.kernel import jsonio  # noqa: E402
 from proxy.kernel.config import ModelRoute  # noqa: E402
 from proxy.process import startup_gc  # noqa: E402
-from proxy.runtime import calibration, service  # noqa: E402
+from proxy.runtime import calibration, calls  # noqa: E402
 from proxy.runtime.session_identity import SessionIdentity  # noqa: E402
 from proxy.session.sqlite import SqliteSessionStore  # noqa: E402
 
@@ -87,7 +87,7 @@ def _one_by_one(estimator: Any, messages: Sequence[Mapping[str, Any]]) -> list[i
 @contextmanager
 def _counts_one_by_one() -> Iterator[None]:
     """As before the lever: each stage counts message by message, and the assembly names its history again."""
-    users = (validator, window, working_history, calibration, service)
+    users = (validator, window, working_history, calibration, calls)
     saved = [module.counts_of for module in users]
     name_messages = turn_estimator.TurnEstimator.name_messages
 

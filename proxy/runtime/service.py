@@ -13,32 +13,26 @@ The answer's three kinds and the ``TurnLock`` a live stream takes over live in
 
 from __future__ import annotations
 
-import copy
-import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 from proxy.context.nonce import session_nonce
-from proxy.context.turn_estimator import TurnEstimator, counts_of
-from proxy.context.types import TokenEstimator
-from proxy.kernel.client_params import client_arguments, with_route
 from proxy.kernel.config import Mode, ModelRoute, Settings
-from proxy.kernel.errors import AssemblyFailed, ContextOverflow, ProxyError
-from proxy.kernel.native import NATIVE, without_native
+from proxy.kernel.errors import AssemblyFailed, ContextOverflow
 from proxy.provider import call_tag
 from proxy.provider.base import ProviderBackend
-from proxy.provider.chunks import synthesize
 from proxy.provider.redaction import redact_llm_input
 from proxy.runtime import issued_checkpoints
-from proxy.runtime.answers import Answer, BufferedStream, Completion, LiveStream, TurnLock, TurnResult
-from proxy.runtime.assembly import Assembler, Candidate, TurnRequest
+from proxy.runtime.answers import Answer, LiveStream, TurnLock, TurnResult
+from proxy.runtime.assembly import Assembler, TurnRequest
 from proxy.runtime.branch import BRANCH_TURNS, BranchTurn, branch_of, next_branch_turn
-from proxy.runtime.calibration import TokenCalibrator, usage_of
+from proxy.runtime.calibration import TokenCalibrator
+from proxy.runtime.calls import ModelCalls, Reply, without_proxy_calls
 from proxy.runtime.issued_checkpoints import IssuedCheckpoint
 from proxy.runtime.limits import ModelLimits, ModelMapLookup, RouteLimits
-from proxy.runtime.native import NativeCodec, NativeRequest
+from proxy.runtime.native import NativeRequest
 from proxy.runtime.observers import CallObserver, Observers
 from proxy.runtime.remote_compaction import (
     CompactionRequest,
@@ -49,27 +43,9 @@ from proxy.runtime.remote_compaction import (
 )
 from proxy.runtime.session_identity import SessionIdentity
 from proxy.runtime.trace import TraceWriter
-from proxy.runtime.trace_record import CallRecord, trace_json
+from proxy.runtime.trace_record import CallRecord
 from proxy.session.reconcile import ChainMemo, request_hashes
 from proxy.session.store import SessionStore
-
-logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class _Reply:
-    """One model call's answer and what the model was offered and shown when it gave it."""
-
-    answer: Answer
-    proxy_tools: frozenset[str] = frozenset()  # proxy-owned tools the model was offered in this call
-    visible_history: tuple[dict[str, Any], ...] = ()  # what the model saw when it made these calls
-
-    def proxy_calls(self) -> list[dict[str, Any]]:
-        """The calls of proxy-owned tools in this answer (none for a live stream: nothing was offered)."""
-        if isinstance(self.answer, LiveStream) or not self.proxy_tools:
-            return []
-        calls = self.answer.message.get("tool_calls") or []
-        return [c for c in calls if c["function"]["name"] in self.proxy_tools]
 
 
 class ProxyStepRunner(Protocol):
@@ -117,6 +93,7 @@ class TurnService:
         self._framing_secret = framing_secret
         self.calibrator = calibrator or TokenCalibrator(settings, store)
         self.observer = observer or Observers(())  # metrics and spans (proxy/observe/): fed every model call
+        self._calls = ModelCalls(settings, assembler, backend, self.calibrator, self.observer, traces)
 
     def framing_nonce(self, context_id: str) -> str:
         """The session's framing nonce: what its hidden wrappers and checkpoint tags carry."""
@@ -211,7 +188,7 @@ class TurnService:
                 llm_input = redact_llm_input({**summary_route.litellm_params, "messages": outcome.summary_request})
             record = CallRecord(turn_request, None, llm_input, compaction.tokens_before, compaction=compaction)
             record.started_ns = began
-            self._write_trace(record)
+            self._calls.record(record)
         return CompactionResult(token, len(message["content"]) // 4)
 
     async def issued_checkpoints(self, tokens: Sequence[str]) -> dict[str, IssuedCheckpoint]:
@@ -304,7 +281,7 @@ class TurnService:
                 )
                 continue
             if calls:  # past the round limit: the client must never see a tool it does not know
-                answer = _without_proxy_calls(reply, rounds if offered else 1, request.native)
+                answer = without_proxy_calls(reply, rounds if offered else 1, request.native)
             if rounds:
                 # The steps taken for this answer become part of the branch that continues with it.
                 await self._link_steps(request, answer)
@@ -325,16 +302,16 @@ class TurnService:
         head = request.reconciliation.head_hash
         return await next_branch_turn(self.store, request.identity.context_id, head, request.branch)
 
-    async def _call(self, request: TurnRequest) -> _Reply:
+    async def _call(self, request: TurnRequest) -> Reply:
         """One model call; after a normalized overflow in dynamic mode, one forced retry."""
         try:
-            return await self._attempt(request, recovery=0)
+            return await self._calls.attempt(request, recovery=0)
         except ContextOverflow as overflow:
             if request.mode != "dynamic":
                 raise
             return await self._retry_after_overflow(request, overflow)
 
-    async def _retry_after_overflow(self, request: TurnRequest, overflow: ContextOverflow) -> _Reply:
+    async def _retry_after_overflow(self, request: TurnRequest, overflow: ContextOverflow) -> Reply:
         """Exactly one retry, after one forced pressure pass; a second overflow is surfaced, never looped."""
         self._limits.learn(request.route, overflow.limit, overflow.sent_tokens)
         limits = self.limits_for(request.route)
@@ -345,7 +322,7 @@ class TurnService:
         # view=None: the first attempt may have written (a checkpoint, previews), so the retry reads again.
         forced = replace(request, limits=limits, forced=True, stated_limit=overflow.limit, view=None)
         try:
-            return await self._attempt(forced, recovery=1, reason=overflow.provider_message)
+            return await self._calls.attempt(forced, recovery=1, reason=overflow.provider_message)
         except ContextOverflow as second:
             raise ContextOverflow(
                 "The request still exceeds the model's context window after one forced compaction retry: "
@@ -362,349 +339,3 @@ class TurnService:
                 limit=overflow.limit,
                 provider_message=overflow.provider_message,
             ) from failed
-
-    async def _attempt(self, request: TurnRequest, recovery: int, reason: str = "") -> _Reply:
-        """Assemble (unless legacy), call the provider once, and trace this attempt (a live stream's trace
-        is written when the stream ends)."""
-        call_tag.begin_attempt(recovery)  # record and replay: the first attempt or the overflow retry
-        began = time.time_ns()
-        candidate, shadow_failure = None, None
-        if request.mode == "dynamic":
-            candidate = await self._assemble(request, recovery, reason)
-        elif request.mode == "shadow":
-            # Shadow is how operators try the proxy in front of a live agent: a candidate that cannot be
-            # assembled is traced, and the client's own request is sent as it would be anyway.
-            try:
-                candidate = await self.assembler.assemble(request)
-            except Exception as exc:
-                logger.warning("shadow candidate failed for %s: %s", request.identity.context_id, exc)
-                shadow_failure = exc
-        sent = candidate if request.mode == "dynamic" else None
-        if request.native is not None:
-            return await self._native_attempt(
-                request, request.native, candidate, shadow_failure, recovery, reason, began
-            )
-        llm_input = build_llm_input(request.body, request.route, sent, request.provider_fields)
-        # The usage of a streamed answer is the calibration's only source for it: in dynamic mode the
-        # proxy asks for it and keeps it from a client that did not (shadow and legacy send what the
-        # client sent, so they learn only when the client asked).
-        strip_usage = sent is not None and bool(request.body.get("stream")) and not _asks_usage(llm_input)
-        if strip_usage:
-            llm_input["stream_options"] = {**(llm_input.get("stream_options") or {}), "include_usage": True}
-        if request.mode == "shadow" and candidate is not None:  # record and replay compare shadow candidates
-            call_tag.offer_shadow_candidate(
-                lambda: build_llm_input(request.body, request.route, candidate, request.provider_fields)
-            )
-        record = CallRecord(
-            request,
-            candidate,
-            llm_input,
-            _client_tokens(request.body, self._sizes(request)),
-            recovery,
-            reason,
-            assembly_error=shadow_failure,
-        )
-        record.provider_arguments = self.backend.provider_arguments(llm_input)
-        record.started_ns = began
-        proxy_tools = sent.proxy_tools if sent is not None else frozenset()
-        visible = sent.visible_history if sent is not None else ()
-        started = time.perf_counter()
-        live = False
-        try:
-            answer: Answer
-            if not request.body.get("stream"):
-                response = await self.backend.complete(llm_input)
-                record.usage = response.get("usage")
-                await self.calibrator.observe(request.route, llm_input, record.usage, _counter(request))
-                answer = Completion(response)
-            elif proxy_tools:
-                buffered = [chunk async for chunk in await self.backend.stream(llm_input)]
-                record.usage = usage_of(buffered)
-                await self.calibrator.observe(request.route, llm_input, record.usage, _counter(request))
-                answer = BufferedStream([kept for c in buffered if (kept := _client_chunk(c, strip_usage)) is not None])
-            else:
-                chunks = await self.backend.stream(llm_input)
-                answer, live = LiveStream(self._finish_stream(chunks, record, strip_usage)), True
-            return _Reply(answer, proxy_tools, visible)
-        except ProxyError as exc:
-            record.provider_error = exc.body()["error"]
-            record.provider_status = exc.status
-            if isinstance(exc, ContextOverflow):
-                # Counted as the assembly counted it (the route's calibrated estimator), so RouteLimits
-                # judges the provider's statement against the same figure the window was filled by.
-                exc.sent_tokens = _estimated_size(llm_input, exc.counts_output, self._sizes(request))
-            raise
-        finally:
-            record.provider_ms = round((time.perf_counter() - started) * 1000, 3)
-            if not live:
-                self._write_trace(record)
-
-    async def _native_attempt(
-        self,
-        request: TurnRequest,
-        native: NativeRequest,
-        candidate: Candidate | None,
-        shadow_failure: Exception | None,
-        recovery: int,
-        reason: str,
-        began: int,
-    ) -> _Reply:
-        """``_attempt``'s provider call when the provider is sent the client's own API (``runtime/native.py``):
-        the codec renders the body, the provider's answer or events go back to the client as they came, and
-        their chat view serves the turn (proxy-owned calls, calibration, the trace's usage)."""
-        sent = candidate if request.mode == "dynamic" else None
-        stream = bool(request.body.get("stream"))
-        codec = native.codec
-        counted = _chat_form(request.body, sent)  # the chat form of what is sent: what calibration counts
-        body = codec.body(counted["messages"], counted["tools"], stream=stream)
-        if request.mode == "shadow" and candidate is not None:  # record and replay compare shadow candidates
-            call_tag.offer_shadow_candidate(lambda: codec.body(candidate.messages, candidate.tools, stream=stream))
-        record = CallRecord(
-            request,
-            candidate,
-            body,
-            _client_tokens(request.body, self._sizes(request)),
-            recovery,
-            reason,
-            assembly_error=shadow_failure,
-        )
-        record.started_ns = began
-        proxy_tools = sent.proxy_tools if sent is not None else frozenset()
-        visible = sent.visible_history if sent is not None else ()
-        route = request.route.litellm_params
-        started = time.perf_counter()
-        live = False
-        try:
-            answer: Answer
-            if not stream:
-                response = await self.backend.complete_native(native.api, body, native.headers, route)
-                chat = codec.chat_view(response)
-                record.usage = chat.get("usage")
-                await self.calibrator.observe(request.route, counted, record.usage, _counter(request))
-                answer = Completion(chat, native=response)
-            elif proxy_tools:
-                events = [
-                    event async for event in await self.backend.stream_native(native.api, body, native.headers, route)
-                ]
-                chat = codec.chat_view(codec.response_of(events))
-                record.usage = chat.get("usage")
-                await self.calibrator.observe(request.route, counted, record.usage, _counter(request))
-                answer = BufferedStream(events, message=chat["choices"][0]["message"])
-            else:
-                events_in = await self.backend.stream_native(native.api, body, native.headers, route)
-                relay = self._finish_native_stream(events_in, record, codec, counted)
-                answer, live = LiveStream(relay), True
-            return _Reply(answer, proxy_tools, visible)
-        except ProxyError as exc:
-            record.provider_error = exc.body()["error"]
-            record.provider_status = exc.status
-            if isinstance(exc, ContextOverflow):
-                exc.sent_tokens = _estimated_size(counted, exc.counts_output, self._sizes(request))
-            raise
-        finally:
-            record.provider_ms = round((time.perf_counter() - started) * 1000, 3)
-            if not live:
-                self._write_trace(record)
-
-    async def _finish_native_stream(
-        self,
-        events: AsyncIterator[dict[str, Any]],
-        record: CallRecord,
-        codec: NativeCodec,
-        counted: dict[str, Any],
-    ) -> AsyncIterator[dict[str, Any]]:
-        """Relay the provider's own events as they come; when the stream ends, learn from its usage. The
-        trace is written when the stream ends, fails or is dropped."""
-        seen: list[dict[str, Any]] = []
-        try:
-            async for event in events:
-                seen.append(event)
-                yield event
-            record.usage = codec.chat_view(codec.response_of(seen)).get("usage")
-            await self.calibrator.observe(record.request.route, counted, record.usage, _counter(record.request))
-        except ProxyError as exc:
-            record.provider_error = exc.body()["error"]
-            record.provider_status = exc.status
-            raise
-        finally:
-            try:
-                aclose = getattr(events, "aclose", None)
-                if aclose is not None:
-                    await aclose()
-            finally:
-                self._write_trace(record)
-
-    async def _assemble(self, request: TurnRequest, recovery: int, reason: str) -> Candidate:
-        """The dynamic candidate; a failed assembly is traced (no provider call follows) and raised unchanged."""
-        began = time.time_ns()
-        try:
-            return await self.assembler.assemble(request)
-        except Exception as exc:  # any failure: the client gets its error as before, the trace says why
-            failed = CallRecord(
-                request,
-                None,
-                {},
-                _client_tokens(request.body, self._sizes(request)),
-                recovery,
-                reason,
-                assembly_error=exc,
-            )
-            failed.started_ns = began
-            self._write_trace(failed)
-            raise
-
-    async def _finish_stream(
-        self, chunks: AsyncIterator[dict[str, Any]], record: CallRecord, strip_usage: bool
-    ) -> AsyncIterator[dict[str, Any]]:
-        """Relay the chunks (without the usage the proxy asked for itself), learn from the usage when the
-        stream ends; the trace is written when the stream ends, fails or is dropped."""
-        usage = None
-        try:
-            async for chunk in chunks:
-                usage = chunk.get("usage") or usage
-                kept = _client_chunk(chunk, strip_usage)
-                if kept is not None:
-                    yield kept
-            record.usage = usage
-            await self.calibrator.observe(record.request.route, record.llm_input, usage, _counter(record.request))
-        except ProxyError as exc:
-            record.provider_error = exc.body()["error"]
-            record.provider_status = exc.status
-            raise
-        finally:
-            try:
-                aclose = getattr(chunks, "aclose", None)
-                if aclose is not None:
-                    await aclose()
-            finally:
-                self._write_trace(record)
-
-    def _sizes(self, request: TurnRequest) -> TokenEstimator:
-        """The counter of what a call sends (the trace's ``clientTokens``, an overflow's size): the turn's
-        own estimator (calibrated by default), as the candidate is counted, so the report compares like
-        with like; its memo already knows the client's messages by chain hash and what the assembly counted."""
-        counter = _counter(request)
-        if counter is None:
-            counter = TurnEstimator(self.calibrator.conservative)
-            counter.name_messages(*_named(request))
-        return counter
-
-    def _write_trace(self, record: CallRecord) -> None:
-        self.observer.model_call(record)  # the one observation point of a model call, traces on or off
-        if self.traces is not None:
-            request = record.request
-            self.traces.write(request.identity.context_id, request.turn, trace_json(record), recovery=record.recovery)
-
-
-def _named(request: TurnRequest) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
-    """The client's messages and their chain hashes."""
-    return request.body["messages"], request.reconciliation.chain_hashes
-
-
-def _counter(request: TurnRequest) -> TurnEstimator | None:
-    """The turn's own counter (``TokenAccounting.estimator``), when the request has its accounting."""
-    return request.tokens.estimator if request.tokens is not None else None
-
-
-def _asks_usage(llm_input: Mapping[str, Any]) -> bool:
-    options = llm_input.get("stream_options")
-    return isinstance(options, Mapping) and bool(options.get("include_usage"))
-
-
-def _client_chunk(chunk: dict[str, Any], strip_usage: bool) -> dict[str, Any] | None:
-    """The chunk as the client gets it: without ``usage`` when only the proxy asked for it (``None``: a
-    chunk that carried nothing else)."""
-    if not strip_usage or "usage" not in chunk:
-        return chunk
-    if not chunk.get("choices"):
-        return None
-    return {key: value for key, value in chunk.items() if key != "usage"}
-
-
-def _without_proxy_calls(reply: _Reply, rounds: int, native: NativeRequest | None = None) -> Answer:
-    """The answer with its proxy-owned calls removed: the client must never see a tool it does not know."""
-    answer = reply.answer
-    assert not isinstance(answer, LiveStream)  # a live stream offered no proxy tool, so it has no such call
-    if native is not None:
-        return _native_without_proxy_calls(answer, reply.proxy_tools, native.codec)
-    message = answer.message
-    kept = [c for c in message.get("tool_calls") or [] if c["function"]["name"] not in reply.proxy_tools]
-    message.pop("tool_calls", None)
-    if kept:
-        message["tool_calls"] = kept
-    elif not message.get("content"):
-        message["content"] = f"[context-proxy: the model was still calling proxy-owned tools after {rounds} rounds]"
-    if isinstance(answer, Completion):
-        response = copy.deepcopy(answer.response)
-        response["choices"][0]["message"] = {**response["choices"][0]["message"], **message}
-        if not kept:
-            response["choices"][0]["message"].pop("tool_calls", None)
-        response["choices"][0]["finish_reason"] = "tool_calls" if kept else "stop"
-        return Completion(response)
-    return BufferedStream(synthesize(answer.chunks, message))
-
-
-def _native_without_proxy_calls(
-    answer: Completion | BufferedStream, names: frozenset[str], codec: NativeCodec
-) -> Answer:
-    """A native answer without its proxy-owned calls: the provider's answer as the codec removes them."""
-    response = answer.native if isinstance(answer, Completion) and answer.native is not None else None
-    if response is None and isinstance(answer, BufferedStream):
-        response = codec.response_of(answer.chunks)
-    kept = codec.without_tools(response or {}, names)
-    chat = codec.chat_view(kept)
-    if isinstance(answer, Completion):
-        return Completion(chat, native=kept)
-    return BufferedStream(codec.events_of(kept), message=chat["choices"][0]["message"])
-
-
-def _chat_form(body: Mapping[str, Any], sent: Candidate | None) -> dict[str, Any]:
-    """The chat messages and tools a native call carries: the assembled ones, else the client's."""
-    if sent is not None:
-        return {"messages": sent.messages, "tools": sent.tools or []}
-    return {"messages": body.get("messages") or [], "tools": body.get("tools") or []}
-
-
-def build_llm_input(
-    body: dict[str, Any],
-    route: ModelRoute,
-    candidate: Candidate | None,
-    provider_fields: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The keyword arguments for ``litellm.acompletion``: the client's allow-listed fields (see
-    ``proxy.kernel.client_params``), the arguments an ingress set itself (``provider_fields``), the assembled
-    messages and tools when a candidate is sent, and the route's ``litellm_params`` last. Empty tool lists
-    are omitted (OpenAI rejects ``tools: []``).
-    """
-    llm_input = client_arguments(body, route.allowed_client_params)
-    llm_input.update(provider_fields or {})
-    if candidate is not None:
-        llm_input["messages"] = candidate.messages
-        if candidate.tools:
-            llm_input["tools"] = candidate.tools
-        else:
-            llm_input.pop("tools", None)
-            llm_input.pop("tool_choice", None)
-            llm_input.pop("parallel_tool_calls", None)
-    messages = llm_input.get("messages")
-    if isinstance(messages, list) and any(isinstance(m, dict) and NATIVE in m for m in messages):
-        # A step a native call left (its provider-native parts) goes to a chat provider in its chat form only.
-        llm_input["messages"] = [without_native(m) if isinstance(m, dict) else m for m in messages]
-    return with_route(llm_input, route.litellm_params)
-
-
-def _estimated_size(llm_input: dict[str, Any], counts_output: bool, estimator: TokenEstimator) -> int:
-    """What the provider was sent, in tokens estimated by ``estimator``; with the requested output when
-    the provider said it counted that against the window."""
-    size = sum(counts_of(estimator, [m for m in llm_input.get("messages") or [] if isinstance(m, dict)]))
-    size += estimator.count_tools(llm_input.get("tools") or [])
-    if counts_output:
-        requested = llm_input.get("max_completion_tokens") or llm_input.get("max_tokens")
-        size += requested if isinstance(requested, int) else 0
-    return size
-
-
-def _client_tokens(body: Mapping[str, Any], estimator: TokenEstimator) -> int:
-    """What the client's own request costs (estimated like ``estimatedTokens``): what a passthrough would
-    send, so a report can set it against the candidate in every mode."""
-    return _estimated_size({"messages": body.get("messages"), "tools": body.get("tools")}, False, estimator)
