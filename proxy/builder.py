@@ -136,11 +136,7 @@ def build_service(
     factories = checked_factories(settings)
     state_config = StateConfig(state_channels(factories))
     registries = {scope: ContextContributorRegistry(scope, factories) for scope in SCOPES}
-    compactor = HistoryCompactor(
-        CompactionConfig(
-            pressure=PressureConfig(settings.pressure_percent, settings.target_percent, settings.forced_percent)
-        )
-    )
+    compactor = HistoryCompactor(compaction_config(settings))
     pipeline = ContextPipeline(
         registries=lambda scope: registries[scope],
         estimator=CachingEstimator(ConservativeTokenEstimator()),
@@ -170,6 +166,15 @@ def build_service(
         framing_secret=framing_secret,
         calibrator=TokenCalibrator(settings, store),
         observer=observer,
+    )
+
+
+def compaction_config(settings: Settings) -> CompactionConfig:
+    """The compactor's knobs from the settings: the pressure percentages and the summary retry bounds."""
+    return CompactionConfig(
+        pressure=PressureConfig(settings.pressure_percent, settings.target_percent, settings.forced_percent),
+        max_summary_attempts=settings.summary_max_attempts,
+        max_summary_rounds=settings.summary_max_rounds,
     )
 
 
