@@ -10,6 +10,7 @@ are used as they are and left open.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import TYPE_CHECKING
 
@@ -19,7 +20,7 @@ from proxy.context.compactor import CompactionConfig, HistoryCompactor
 from proxy.context.estimators import CachingEstimator, ConservativeTokenEstimator
 from proxy.context.nonce import SECRET_NAME
 from proxy.context.pipeline import ContextPipeline, PipelineConfig
-from proxy.context.pressure import PressureConfig
+from proxy.context.pressure import Level, PressureConfig, pressure_levels
 from proxy.context.registry import (
     ContextContributorRegistry,
     FactorySource,
@@ -31,14 +32,14 @@ from proxy.context.registry import (
 )
 from proxy.context.state import StateConfig
 from proxy.context.types import SCOPES
-from proxy.kernel.config import ConfigError, Settings
+from proxy.kernel.config import ConfigError, ModelRoute, Settings
 from proxy.kernel.errors import ProxyError
 from proxy.observe.telemetry import Telemetry
 from proxy.provider.base import ProviderBackend
 from proxy.provider.recording import Recorder
 from proxy.runtime.assembly import Assembler
 from proxy.runtime.calibration import TokenCalibrator
-from proxy.runtime.limits import ModelMapLookup, check_route_limits
+from proxy.runtime.limits import ModelMapLookup, check_route_limits, resolve_limits
 from proxy.runtime.observers import CallObserver
 from proxy.runtime.proxy_tools import ProxyToolbox, ReadToolOutput
 from proxy.runtime.service import TurnService
@@ -49,6 +50,8 @@ from proxy.session.store import SessionStore
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
+
+logger = logging.getLogger(__name__)
 
 
 class Services:
@@ -133,14 +136,12 @@ def build_service(
     """The turn service for these settings; ``framing_secret`` is what the sessions' framing nonces derive
     from, ``assembler`` replaces the dynamic pipeline (tests), ``observer`` gets every model call."""
     check_route_limits(settings, model_map)
+    for warning in pressure_warnings(settings, model_map):
+        logger.warning(warning)
     factories = checked_factories(settings)
     state_config = StateConfig(state_channels(factories))
     registries = {scope: ContextContributorRegistry(scope, factories) for scope in SCOPES}
-    compactor = HistoryCompactor(
-        CompactionConfig(
-            pressure=PressureConfig(settings.pressure_percent, settings.target_percent, settings.forced_percent)
-        )
-    )
+    compactor = HistoryCompactor(compaction_config(settings))
     pipeline = ContextPipeline(
         registries=lambda scope: registries[scope],
         estimator=CachingEstimator(ConservativeTokenEstimator()),
@@ -170,6 +171,47 @@ def build_service(
         framing_secret=framing_secret,
         calibrator=TokenCalibrator(settings, store),
         observer=observer,
+    )
+
+
+def compaction_config(settings: Settings) -> CompactionConfig:
+    """The compactor's knobs from the settings: the pressure percentages and the summary retry bounds."""
+    return CompactionConfig(
+        pressure=PressureConfig(settings.pressure_percent, settings.target_percent, settings.forced_percent),
+        max_summary_attempts=settings.summary_max_attempts,
+        max_summary_rounds=settings.summary_max_rounds,
+    )
+
+
+def pressure_warnings(settings: Settings, model_map: ModelMapLookup) -> list[str]:
+    """What start-up warns about: each compaction percentage that a route's window and output reserve
+    clamp to its ceiling below the effective limit (``proxy/context/pressure.py``), naming the setting,
+    the route and the value used. Routes are known at start-up only from the config's ``model_list``, or
+    for every model when ``MODEL_MAX_TOKENS`` and ``OUTPUT_RESERVE_TOKENS`` are both set."""
+    routes = settings.models
+    if not routes and settings.model_max_tokens is not None and settings.output_reserve_tokens is not None:
+        routes = (ModelRoute("every model", {"model": "every model"}),)
+    config = PressureConfig(settings.pressure_percent, settings.target_percent, settings.forced_percent)
+    warnings = []
+    for route in routes:
+        limits = resolve_limits(settings, route, model_map)
+        limit, window = limits.effective_input_tokens, limits.window_tokens
+        levels = pressure_levels(limit, window, config)
+        for name, level, use in (
+            ("SCIENCE_AGENT_CONTEXT_PRESSURE_PERCENT", levels.threshold, "compaction fires at"),
+            ("SCIENCE_AGENT_CONTEXT_TARGET_PERCENT", levels.target, "compaction aims at"),
+            ("SCIENCE_AGENT_CONTEXT_FORCED_PERCENT", levels.forced, "a forced pass aims at most at"),
+        ):
+            if level.clamped:
+                warnings.append(_clamp_warning(name, level, use, route.model_name, window, limit))
+    return warnings
+
+
+def _clamp_warning(name: str, level: Level, use: str, model: str, window: int, limit: int) -> str:
+    return (
+        f"{name}={level.percent} is {level.asked} tokens of the {window}-token context window of {model!r}, over "
+        f"{level.ceiling_percent}% of its {limit}-token effective input limit (the margin compaction keeps "
+        f"below it): {use} {level.tokens} tokens instead"
     )
 
 

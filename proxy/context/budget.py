@@ -18,8 +18,8 @@ from typing import TypeVar
 from proxy.context.collector import Collection
 from proxy.context.hidden import hidden_message
 from proxy.context.renderer import SEPARATOR, render_section, section_sort_key
+from proxy.context.shortfall import ContextDoesNotFit, Shortfall
 from proxy.context.types import DEFAULT_PRIORITY, Attachment, ContextMessage, Diagnostic, Section, TokenEstimator
-from proxy.kernel.errors import AssemblyFailed
 
 # Below this many tokens a truncated piece says too little to be worth its marker: drop it instead.
 MIN_TRUNCATED_TOKENS = 24
@@ -54,7 +54,8 @@ def apply_context_budget(
 ) -> BudgetResult:
     """Admit the collection's sections within ``prompt_budget_tokens`` and its contributor messages and
     attachments within ``message_budget_tokens`` (costed as the hidden messages they become under the
-    session's framing ``nonce``). Raises AssemblyFailed when protected sections alone do not fit."""
+    session's framing ``nonce``). Raises ``ContextDoesNotFit`` (an ``AssemblyFailed``) when protected
+    sections alone do not fit."""
     for name, value in (
         ("prompt_budget_tokens", prompt_budget_tokens),
         ("message_budget_tokens", message_budget_tokens),
@@ -72,8 +73,9 @@ def apply_context_budget(
     used = sum(costs.values())
     if used > prompt_budget_tokens:
         sizes = ", ".join(f"{s.id} ({costs[s.id]} tokens)" for s in protected)
-        raise AssemblyFailed(
-            f"protected sections need {used} tokens, over the prompt budget of {prompt_budget_tokens}: {sizes}"
+        raise ContextDoesNotFit(
+            f"protected sections need {used} tokens, over the prompt budget of {prompt_budget_tokens}: {sizes}",
+            Shortfall("prompt_budget", used, prompt_budget_tokens),
         )
     admitted = list(protected)
     others = sorted((s for s in collection.sections if not s.protected), key=section_sort_key)

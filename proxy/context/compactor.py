@@ -73,8 +73,9 @@ class CompactionConfig:
 
     pressure: PressureConfig = field(default_factory=PressureConfig)
     preview: PreviewPolicy = field(default_factory=PreviewPolicy)
-    max_summary_attempts: int = 2  # per round
-    max_summary_rounds: int = 3  # rounds of one pass, each over the next oldest slice
+    max_summary_attempts: int = 2  # per round (SCIENCE_AGENT_SUMMARY_MAX_ATTEMPTS)
+    # Rounds of one pass, each over the next oldest slice (SCIENCE_AGENT_SUMMARY_MAX_ROUNDS).
+    max_summary_rounds: int = 3
     checkpoint_percent: int = 10  # room reserved for the checkpoint; the summarizer is told to fit it
     source_percent: int = 50  # at most this much history goes into one summarization request
     latest_body_percent: int = 25

@@ -26,6 +26,7 @@ from proxy.context.message_count import apply_message_count_cap
 from proxy.context.previews import READ_TOOL_OUTPUT
 from proxy.context.registry import ContextContributorRegistry
 from proxy.context.renderer import DeterministicSystemPromptRenderer, RenderedPrompt
+from proxy.context.shortfall import ContextDoesNotFit, FixedParts, LimitBasis, Shortfall, explain
 from proxy.context.state import PLAN, StateConfig, with_visibility
 from proxy.context.turn_estimator import TurnEstimator
 from proxy.context.types import ContributionRequest, Diagnostic, Scope, TokenEstimator
@@ -144,7 +145,9 @@ class FailedAssembly:
     ``stage`` is where it failed (``collect``: a protected contributor; ``budget``: protected sections
     over the prompt budget; ``window``: the kept minimum over the limit; ``validate``: the composed
     input). ``runs`` are the contributors' runs of the last pass (empty if none ran); ``collection``
-    that pass's validated collection (``None`` without detailed traces or when collecting failed).
+    that pass's validated collection (``None`` without detailed traces or when collecting failed);
+    ``shortfall`` what was needed of which budget, and the settings that change it, when the failure
+    was one of room.
     """
 
     stage: str
@@ -155,6 +158,7 @@ class FailedAssembly:
     runs: tuple[ContributorRun, ...]
     collection: Collection | None
     assembly_ms: float
+    shortfall: Shortfall | None = None
 
 
 class PipelineFailed(AssemblyFailed):
@@ -177,6 +181,8 @@ class _Progress:
     cap_dropped_messages: int = 0
     cap_diagnostics: tuple[Diagnostic, ...] = ()
     collection: Collection | None = None
+    estimator_factor: float = 1.0  # the turn's counter's scale, for a failure's explanation
+    fixed: FixedParts | None = None  # what the window's pass costs besides the history
 
     def failed(self, cause: AssemblyFailed, cap_max: int | None, detailed: bool) -> FailedAssembly:
         if isinstance(cause, ProtectedContributorFailed):
@@ -192,6 +198,7 @@ class _Progress:
             runs=runs if detailed else tuple(dataclasses.replace(r, raw_output=None) for r in runs),
             collection=self.collection if detailed else None,
             assembly_ms=round((time.perf_counter() - self.started) * 1000, 3),
+            shortfall=cause.shortfall if isinstance(cause, ContextDoesNotFit) else None,
         )
 
 
@@ -229,14 +236,29 @@ class ContextPipeline:
         try:
             return await self._assemble(inp, summarizer, progress)
         except AssemblyFailed as failed:
-            record = progress.failed(failed, self._config.max_history_messages, self._config.detailed_trace)
-            raise PipelineFailed(failed, record) from failed
+            cause = self._explained(failed, inp, progress) if isinstance(failed, ContextDoesNotFit) else failed
+            record = progress.failed(cause, self._config.max_history_messages, self._config.detailed_trace)
+            raise PipelineFailed(cause, record) from failed
+
+    def _explained(self, failed: ContextDoesNotFit, inp: AssemblyInput, progress: _Progress) -> ContextDoesNotFit:
+        """A failure of room, with the numbers and settings of the budgets it ran out of."""
+        basis = LimitBasis(
+            limit=inp.limit,
+            window=inp.window,
+            output_reserve=inp.output_reserve,
+            prompt_percent=self._config.prompt_percent,
+            message_percent=self._config.message_percent,
+            estimator_factor=progress.estimator_factor,
+            stated_limit=inp.stated_limit,
+        )
+        return explain(failed, basis, progress.fixed)
 
     async def _assemble(self, inp: AssemblyInput, summarizer: Summarizer | None, progress: _Progress) -> AssemblyOutput:
         started = progress.started
         given = inp.estimator or self._estimator
         # One memo per turn: the turn's own counter when it has one (shared with the trace and calibration).
         estimator = given if isinstance(given, TurnEstimator) else TurnEstimator(given)
+        progress.estimator_factor = estimator.factor
         # The history is named by chain hashes: its unchanged prefix is counted by name, not hashed again.
         estimator.name_history(inp.history)
         registry = self._registries(inp.scope)
@@ -287,7 +309,8 @@ class ContextPipeline:
                 stage = await self._pass(registry, inp, leading, visible, tools, estimator, progress)
                 passes += 1
             progress.stage = "window"
-            window_limit = inp.limit - stage.fixed_tokens(tools, estimator, inp.nonce)
+            progress.fixed = stage.fixed_parts(tools, estimator, inp.nonce)
+            window_limit = inp.limit - progress.fixed.total
             window = windows.get(window_limit) or AtomicHistoryWindowPolicy().apply(
                 window_history,
                 limit_tokens=window_limit,
@@ -418,9 +441,13 @@ class _Pass:
 
     def fixed_tokens(self, tools: Sequence[Mapping[str, Any]], estimator: TokenEstimator, nonce: str) -> int:
         """What the call costs besides the history: system prompt, tool schemas, contributed messages."""
+        return self.fixed_parts(tools, estimator, nonce).total
+
+    def fixed_parts(self, tools: Sequence[Mapping[str, Any]], estimator: TokenEstimator, nonce: str) -> FixedParts:
+        """``fixed_tokens``, part by part."""
         admitted = self.admitted
         hidden = DefaultContextMessageComposer().hidden_messages(admitted.messages, admitted.attachments, nonce=nonce)
         prompt = self.prompt.text
         prompt_cost = estimator.count_message({"role": "system", "content": prompt}) if prompt else 0
         tool_cost = estimator.count_tools(tools) if tools else 0
-        return prompt_cost + tool_cost + sum(estimator.count_message(m) for m in hidden)
+        return FixedParts(prompt_cost, tool_cost, sum(estimator.count_message(m) for m in hidden))

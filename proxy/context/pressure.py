@@ -2,13 +2,23 @@
 
 Everything the model sees draws on one effective input limit: the system prompt, the tool schemas, the
 contributed data (``fixed_tokens``, which the compactor cannot shrink) and the history. Compaction fires
-at the pressure threshold (default 80 % of the limit) and aims at the lower target (default 50 %), so
-one compaction buys many turns and the provider's prompt cache is broken rarely.
+at the pressure threshold (default 80 % of the context window) and aims at the lower target (default
+50 %), so one compaction buys many turns and the provider's prompt cache is broken rarely.
+
+The percentages are of the context window, but the input may use only the effective limit (the window
+minus the output reserve). Where the reserve is a large part of the window (an 8,192-token model with
+the default 4,096-token reserve), 80 % and 50 % of the window are both over the limit; capped there
+alone, compaction would fire only at the limit and aim at it, so every turn would compact again and
+lean on the provider's overflow. So each level also keeps a margin below the limit, whatever the
+window and reserve: the threshold is at most ``THRESHOLD_CEILING_PERCENT`` (95 %) of the effective
+limit, every target at most ``TARGET_CEILING_PERCENT`` (75 %) of it, hence target < threshold < limit.
+Where the reserve is at most 15 % of the window (16k/2k, 7k/1k, 128k/16k, 128k/4k) the default
+percentages are below both ceilings and nothing changes.
 
 A forced pass (after the provider reported an overflow) fires whatever the estimate says and aims
 deeper: ``forced_percent`` of the limit, and when the provider stated its window, of that window minus
-the output reserve if that is smaller. The estimate evidently under-counted, so aiming exactly at the
-stated limit would only invite a second overflow.
+the output reserve if that is smaller (and at most ``TARGET_CEILING_PERCENT`` of that). The estimate
+evidently under-counted, so aiming exactly at the stated limit would only invite a second overflow.
 """
 
 from __future__ import annotations
@@ -18,11 +28,17 @@ from typing import Literal, TypeAlias
 
 Reason: TypeAlias = Literal["pressure", "forced"]
 
+# The margins every level keeps below the effective input limit, in % of it. The threshold's margin is
+# for the estimate's error (a calibrated route is under the provider's count in about 1 % of calls, by
+# at most about 2 %); the target's leaves room for turns between compactions.
+THRESHOLD_CEILING_PERCENT = 95
+TARGET_CEILING_PERCENT = 75
+
 
 @dataclass(frozen=True)
 class PressureConfig:
-    """Percentages of the context window, each capped at the effective input limit (positive integers,
-    ``forced < target < pressure <= 100``)."""
+    """Percentages of the context window, each kept below the effective input limit by the ceilings
+    above (positive integers, ``forced < target < pressure <= 100``)."""
 
     pressure_percent: int = 80
     target_percent: int = 50
@@ -38,6 +54,52 @@ class PressureConfig:
                 "need forced_percent < target_percent < pressure_percent, got "
                 f"{self.forced_percent} / {self.target_percent} / {self.pressure_percent}"
             )
+
+
+@dataclass(frozen=True)
+class Level:
+    """One level (threshold, target or forced target) for a window: what its percentage asks for, and the
+    ceiling it may not pass (a share of the effective limit). ``tokens`` is what compaction uses."""
+
+    percent: int  # of the window
+    ceiling_percent: int  # of the effective limit
+    asked: int  # ``percent`` of the window
+    ceiling: int  # ``ceiling_percent`` of the effective limit
+
+    @property
+    def tokens(self) -> int:
+        """The level in tokens: what the percentage asks for, never above the ceiling."""
+        return min(self.asked, self.ceiling)
+
+    @property
+    def clamped(self) -> bool:
+        """True when the ceiling, not the percentage, sets the level."""
+        return self.asked > self.ceiling
+
+
+@dataclass(frozen=True)
+class Levels:
+    """The threshold and the targets of a window and an effective limit, outside a forced pass."""
+
+    threshold: Level
+    target: Level
+    forced: Level
+
+
+def pressure_levels(limit: int, window: int | None = None, config: PressureConfig | None = None) -> Levels:
+    """The levels for an effective input ``limit`` and the context ``window`` the percentages are of
+    (``None``: the limit itself); what start-up reports when a ceiling, not a percentage, sets one."""
+    config = config or PressureConfig()
+    basis = max(window, limit) if window is not None else limit
+
+    def level(percent: int, ceiling_percent: int) -> Level:
+        return Level(percent, ceiling_percent, basis * percent // 100, limit * ceiling_percent // 100)
+
+    return Levels(
+        threshold=level(config.pressure_percent, THRESHOLD_CEILING_PERCENT),
+        target=level(config.target_percent, TARGET_CEILING_PERCENT),
+        forced=level(config.forced_percent, TARGET_CEILING_PERCENT),
+    )
 
 
 @dataclass(frozen=True)
@@ -97,21 +159,23 @@ def measure_pressure(
 ) -> Pressure:
     """Pressure of an input of ``fixed_tokens + history_tokens`` against the effective ``limit``.
 
-    ``window`` is the context window the percentages are of (``None``: the limit itself); every
-    threshold and target is capped at ``limit``. ``stated_limit`` (the window a provider named in its
-    overflow error) and ``output_reserve`` only matter for a forced pass.
+    ``window`` is the context window the percentages are of (``None``: the limit itself); the threshold
+    is capped at ``THRESHOLD_CEILING_PERCENT`` of ``limit``, every target at ``TARGET_CEILING_PERCENT``.
+    ``stated_limit`` (the window a provider named in its overflow error) and ``output_reserve`` only
+    matter for a forced pass.
     """
     if limit <= 0:
         raise ValueError(f"limit must be positive, got {limit}")
     config = config or PressureConfig()
-    basis = max(window, limit) if window is not None else limit
-    threshold = min(basis * config.pressure_percent // 100, limit)
+    levels = pressure_levels(limit, window, config)
+    threshold = levels.threshold.tokens
     if forced:
+        basis = max(window, limit) if window is not None else limit
         ceiling = limit
         if stated_limit is not None:
             basis = min(basis, stated_limit)
             ceiling = min(ceiling, max(0, stated_limit - output_reserve))
-        target = min(basis * config.forced_percent // 100, ceiling)
+        target = min(basis * config.forced_percent // 100, ceiling * TARGET_CEILING_PERCENT // 100)
     else:
-        target = min(basis * config.target_percent // 100, limit)
+        target = levels.target.tokens
     return Pressure(limit, fixed_tokens, history_tokens, threshold, target, forced)

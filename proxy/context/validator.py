@@ -13,6 +13,7 @@ from typing import Any
 
 from proxy.context.composer import ComposedContext
 from proxy.context.hidden import HIDDEN_MESSAGE
+from proxy.context.shortfall import ContextDoesNotFit, Shortfall
 from proxy.context.turn_estimator import counts_of
 from proxy.context.types import TokenEstimator
 from proxy.context.units import RESULT_ROLES, call_ids
@@ -46,9 +47,12 @@ class ContextValidator:
         total = sum(counts_of(estimator, messages)) + (estimator.count_tools(tools) if tools else 0)
         if total > limit_tokens:
             problems.append(f"estimated {total} tokens, over the limit of {limit_tokens}")
-        if problems:
-            raise AssemblyFailed("invalid model input: " + "; ".join(problems))
-        return total
+        if not problems:
+            return total
+        message = "invalid model input: " + "; ".join(problems)
+        if total > limit_tokens:
+            raise ContextDoesNotFit(message, Shortfall("input_limit", total, limit_tokens))
+        raise AssemblyFailed(message)
 
 
 def _protocol_problems(messages: Sequence[Mapping[str, Any]], require_user: bool) -> list[str]:

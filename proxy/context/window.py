@@ -16,10 +16,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.context.shortfall import ContextDoesNotFit, Shortfall
 from proxy.context.turn_estimator import counts_of
 from proxy.context.types import Diagnostic, TokenEstimator
 from proxy.context.units import Unit, anchor_unit, latest_step_start, split_units
-from proxy.kernel.errors import AssemblyFailed
 
 
 @dataclass(frozen=True)
@@ -66,12 +66,11 @@ class AtomicHistoryWindowPolicy:
         costs: Sequence[int] | None = None,
     ) -> WindowResult:
         """Window ``history`` into ``limit_tokens`` (the budget left for history after the system prompt,
-        tools and contributor messages). Raises AssemblyFailed when the kept minimum does not fit.
+        tools and contributor messages). Raises ``ContextDoesNotFit`` (an ``AssemblyFailed``) when the kept
+        minimum does not fit.
 
         ``units`` and ``costs`` are ``split_units(history)`` and ``estimator``'s count of each message, when
         the caller has them (the compactor made both for the history it rendered)."""
-        if limit_tokens <= 0:
-            raise AssemblyFailed(f"no token budget left for the history (limit {limit_tokens})")
         units = list(units) if units is not None else split_units(history)
         costs = list(costs) if costs is not None else counts_of(estimator, history)
         if len(costs) != len(history) or (units and units[-1].stop != len(history)):
@@ -95,10 +94,12 @@ class AtomicHistoryWindowPolicy:
                 droppable.append(k)
         checkpoint_cost = estimator.count_message(checkpoint) if checkpoint is not None else 0
         minimum = checkpoint_cost + sum(c for k, c in enumerate(unit_cost) if keep[k])
-        if minimum > limit_tokens:
-            raise AssemblyFailed(
+        if minimum > limit_tokens or limit_tokens <= 0:
+            left = f"over the {limit_tokens} left for" if limit_tokens > 0 else f"but none ({limit_tokens}) is left for"
+            raise ContextDoesNotFit(
                 f"the history minimum (task anchor, checkpoint, latest step, unfinished calls) needs {minimum} "
-                f"tokens, over the {limit_tokens} left for history"
+                f"tokens, {left} history",
+                Shortfall("history", minimum, limit_tokens),
             )
         total = minimum + sum(unit_cost[k] for k in droppable)
         first_kept = 0

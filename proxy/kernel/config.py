@@ -25,6 +25,12 @@ ESTIMATORS: tuple[EstimatorName, ...] = ("calibrated", "tiktoken", "conservative
 # The server's log levels, as uvicorn names them; below ``info`` its access log (a line per request) is off.
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 _ENV_SECRET_PREFIX = "os.environ/"
+# Upper bounds of the summary retry settings: each attempt is a model call made while the client waits
+# (up to attempts x rounds of them in one turn), and a back-off longer than a long run never retries.
+MAX_SUMMARY_ATTEMPTS = 5
+MAX_SUMMARY_ROUNDS = 10
+MAX_SUMMARY_RETRY_AFTER_MESSAGES = 10_000
+_MODEL_CALLS = "every summary attempt is a model call the client's turn waits for"
 
 
 class ConfigError(Exception):
@@ -158,6 +164,12 @@ class Settings:
     log_level: str = "info"  # one of LOG_LEVELS: the proxy's own logging and uvicorn's
     prompt_percent: int = 25  # the system prompt's share of the effective limit
     message_percent: int = 10  # contributor messages' and attachments' share
+    # The bound on summary retries (SPEC: a rejected checkpoint is "retried within the configured bound"):
+    # attempts per summarization round (remote compaction's too), rounds per compaction pass, and how
+    # many messages the history must grow by before a failed summarization is tried again.
+    summary_max_attempts: int = 2
+    summary_max_rounds: int = 3
+    summary_retry_after_messages: int = 20
 
     @property
     def resolved_trace_dir(self) -> Path:
@@ -258,6 +270,19 @@ class Settings:
             provider_timeout_seconds=(
                 _positive(env, "CONTEXT_PROXY_PROVIDER_TIMEOUT_SECONDS") or cls.provider_timeout_seconds
             ),
+            summary_max_attempts=_bounded(
+                env, "SCIENCE_AGENT_SUMMARY_MAX_ATTEMPTS", cls.summary_max_attempts, MAX_SUMMARY_ATTEMPTS, _MODEL_CALLS
+            ),
+            summary_max_rounds=_bounded(
+                env, "SCIENCE_AGENT_SUMMARY_MAX_ROUNDS", cls.summary_max_rounds, MAX_SUMMARY_ROUNDS, _MODEL_CALLS
+            ),
+            summary_retry_after_messages=_bounded(
+                env,
+                "SCIENCE_AGENT_SUMMARY_RETRY_AFTER_MESSAGES",
+                cls.summary_retry_after_messages,
+                MAX_SUMMARY_RETRY_AFTER_MESSAGES,
+                "a failed summarization would practically never be tried again",
+            ),
         )
 
 
@@ -278,6 +303,15 @@ def _positive(env: Mapping[str, str], name: str) -> int | None:
         raise ConfigError(f"{name}={raw!r} is not a positive integer") from None
     if value <= 0:
         raise ConfigError(f"{name}={raw!r} is not a positive integer")
+    return value
+
+
+def _bounded(env: Mapping[str, str], name: str, default: int, maximum: int, why: str) -> int:
+    value = _positive(env, name)
+    if value is None:
+        return default
+    if value > maximum:
+        raise ConfigError(f"{name}={value} must be at most {maximum}: {why}")
     return value
 
 

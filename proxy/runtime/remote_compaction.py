@@ -36,7 +36,7 @@ from proxy.provider.base import ProviderBackend
 from proxy.runtime.session_identity import SessionIdentity
 from proxy.runtime.summarizer import ModelSummarizer
 
-ATTEMPTS = 2
+ATTEMPTS = 2  # the default of SCIENCE_AGENT_SUMMARY_MAX_ATTEMPTS, which the turn service passes
 RESULT_CHARS = 240  # how much of each tool result the deterministic checkpoint keeps
 
 
@@ -81,9 +81,11 @@ async def write_checkpoint(
     max_tokens: int,
     nonce: str,
     input_limit: int,
+    attempts: int = ATTEMPTS,
 ) -> Compaction:
     """The checkpoint of ``messages`` (the conversation's instructions excluded): the model's, or the
-    deterministic one when the summarizer fails. The summarizer's request is kept within ``input_limit``."""
+    deterministic one when the summarizer fails. The summarizer's request is kept within ``input_limit``;
+    an unusable checkpoint is asked for again, ``attempts`` times in all."""
     source = [
         (message, None)
         for message in messages
@@ -93,7 +95,7 @@ async def write_checkpoint(
     covered = len(source) + (previous.covered_messages if previous is not None else 0)
     summarizer = ModelSummarizer(backend, route)
     outcome = Compaction(Checkpoint("", covers_hash, covered), request, len(source), summarizer.calls)
-    for _ in range(ATTEMPTS):
+    for _ in range(attempts):
         try:
             report = validate_checkpoint(await summarizer.summarize(request))
         except ProxyError as exc:  # the call itself failed: another attempt would most likely fail alike

@@ -160,6 +160,7 @@ class TurnService:
                 budget,
                 nonce,
                 input_limit,
+                attempts=self.settings.summary_max_attempts,
             )
             token = await issued_checkpoints.issue(self.store, context_id, outcome.checkpoint)
             turn = await self.store.next_turn(context_id) if self.traces is not None else 0

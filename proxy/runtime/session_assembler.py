@@ -40,9 +40,8 @@ PREVIEWED_REFS = "compaction.previewed_refs"
 INTERNAL_ANCHORS = "internal_steps.anchors"  # {chain hash a step followed: its steps' key}
 SUMMARY_RETRY_AFTER = "compaction.summary_retry_after"
 # After a summarization fails (the model errs or writes an unusable checkpoint), the deterministic
-# trimming stands and summarizing is not tried again until the history has grown this much: otherwise
-# every later turn would pay for the same failing model call.
-SUMMARY_RETRY_MESSAGES = 20
+# trimming stands and summarizing is not tried again until the history has grown this much
+# (SCIENCE_AGENT_SUMMARY_RETRY_AFTER_MESSAGES): otherwise every later turn would pay for the same failing model call.
 # What ``assemble`` reads of the branch state. Values earlier releases kept session-wide (chain hash "")
 # are read as the root of every chain (the store's ``branch_view``).
 _CHANNELS = (PREVIEWED_REFS, SUMMARY_RETRY_AFTER, INTERNAL_ANCHORS)
@@ -122,7 +121,7 @@ class SessionAssembler:
         )
         summary_failed = bool(summarizer.calls) and output.new_checkpoint is None
         if summary_failed or (retry_after is not None and output.new_checkpoint is not None):
-            next_try = len(history) + SUMMARY_RETRY_MESSAGES if summary_failed else None
+            next_try = len(history) + self._settings.summary_retry_after_messages if summary_failed else None
             await self._store.put_state(context_id, _head(request), SUMMARY_RETRY_AFTER, next_try)
         if output.new_checkpoint is not None:
             checkpoint = output.new_checkpoint

@@ -173,6 +173,10 @@ def _assembly_error_json(error: BaseException, failed: FailedAssembly | None) ->
         body = {"message": f"{type(error).__name__}: {error}", "type": "api_error", "param": None, "code": None}
         body["status"] = 500
     body["stage"] = failed.stage if failed is not None else None
+    if failed is not None and failed.shortfall is not None:  # a failure of room: its numbers and settings
+        shortfall = failed.shortfall
+        body.update(neededTokens=shortfall.needed_tokens, budgetTokens=shortfall.budget_tokens)
+        body["settings"] = list(shortfall.settings)
     return body
 
 

@@ -9,6 +9,7 @@ from proxy.context.collector import Collection
 from proxy.context.estimators import ConservativeTokenEstimator
 from proxy.context.hidden import hidden_message
 from proxy.context.renderer import SEPARATOR, render_section
+from proxy.context.shortfall import ContextDoesNotFit, Shortfall
 from proxy.context.types import Attachment, ContextMessage, Section
 from proxy.kernel.errors import AssemblyFailed
 
@@ -40,6 +41,9 @@ def test_protected_over_budget_fails_naming_them_and_sizes() -> None:
         apply_context_budget(collection([identity, governance]), 100, 100, EST, nonce=NONCE)
     assert f"identity ({cost(identity)} tokens)" in info.value.message
     assert f"governance ({cost(governance)} tokens)" in info.value.message
+    # What the pipeline explains it with: the protected sections' cost and the prompt budget.
+    assert isinstance(info.value, ContextDoesNotFit)
+    assert info.value.shortfall == Shortfall("prompt_budget", cost(identity) + cost(governance), 100)
 
 
 def test_lower_priority_sections_are_truncated_then_dropped() -> None:

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from proxy.context.composer import ComposedContext, DefaultContextMessageComposer
 from proxy.context.estimators import ConservativeTokenEstimator
+from proxy.context.shortfall import ContextDoesNotFit
 from proxy.context.types import Attachment, ContextMessage
 from proxy.context.validator import ContextValidator
 from proxy.context.window import AtomicHistoryWindowPolicy
@@ -85,6 +86,17 @@ def test_over_the_limit_and_all_problems_at_once() -> None:
     with pytest.raises(AssemblyFailed) as info:
         VALIDATOR.validate(bad, limit_tokens=10, estimator=EST, nonce=NONCE)
     assert "over the limit of 10" in info.value.message and "no matching call" in info.value.message
+    # Being over the limit is a failure of room the pipeline explains with its numbers and settings.
+    assert isinstance(info.value, ContextDoesNotFit) and info.value.shortfall.kind == "input_limit"
+    assert info.value.shortfall.budget_tokens == 10 and info.value.shortfall.needed_tokens > 10
+
+
+def test_a_protocol_problem_alone_is_no_failure_of_room() -> None:
+    with pytest.raises(AssemblyFailed, match="no matching call") as info:
+        VALIDATOR.validate(
+            composed({"role": "user", "content": "hi"}, RESULT), limit_tokens=10_000, estimator=EST, nonce=NONCE
+        )
+    assert not isinstance(info.value, ContextDoesNotFit)  # no setting changes a broken call/result pairing
 
 
 # The stages together: whatever the window and composer produce, the validator accepts.

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.context.estimators import CachingEstimator, ConservativeTokenEstimator
+from proxy.context.shortfall import ContextDoesNotFit, Shortfall
 from proxy.context.window import AtomicHistoryWindowPolicy
 from proxy.kernel.errors import AssemblyFailed
 
@@ -158,8 +159,11 @@ def test_drops_oldest_units_and_keeps_checkpoint_after_anchor() -> None:
 
 def test_fails_before_the_provider_when_the_minimum_does_not_fit() -> None:
     history = [user("task " * 500), call(["c1"]), result("c1", "ok")]
-    with pytest.raises(AssemblyFailed, match="task anchor, checkpoint, latest step"):
+    with pytest.raises(ContextDoesNotFit, match="task anchor, checkpoint, latest step") as info:
         WINDOW.apply(history, limit_tokens=100, estimator=EST)
+    # The numbers the pipeline explains the failure with: what the minimum needs, what was left.
+    assert info.value.shortfall == Shortfall("history", cost(history), 100)
+    assert f"needs {cost(history)} tokens, over the 100 left for history" in info.value.message
 
 
 def test_latest_step_keeps_its_calls_and_results_and_what_follows() -> None:
@@ -184,5 +188,6 @@ def test_unfinished_calls_are_never_dropped_and_reported() -> None:
 
 
 def test_no_budget_left() -> None:
-    with pytest.raises(AssemblyFailed, match="no token budget"):
+    with pytest.raises(ContextDoesNotFit, match=r"needs \d+ tokens, but none \(0\) is left for history") as info:
         WINDOW.apply([user("x")], limit_tokens=0, estimator=EST)
+    assert info.value.shortfall == Shortfall("history", cost([user("x")]), 0)

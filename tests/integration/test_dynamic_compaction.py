@@ -221,3 +221,34 @@ def test_summarizer_overflow_falls_back_to_trimming_without_recursion(start_prox
     assert agent_calls == len(list(folder.glob("turn-*.json")))  # one call per trace: nothing was retried
     assert not list(folder.glob("*recovery*"))
     assert agent_calls >= turns
+
+
+@pytest.mark.parametrize(("retry_after", "retried"), [(None, False), (1, True)])
+def test_a_failed_summary_is_tried_again_once_the_history_grew_by_the_setting(
+    start_proxy, provider, retry_after, retried
+):
+    from proxy.provider.scripted import Reply
+    from tests.integration.test_branches import TOOLS as MEASURE
+    from tests.integration.test_branches import _long_run
+
+    def script(body: dict[str, Any]) -> Reply:
+        if is_summary_request(body):
+            return Reply(error_status=500, error_body={"error": {"message": "summarizer down", "type": "server_error"}})
+        return Reply(content="ok")
+
+    provider.script(script)
+    # SCIENCE_AGENT_SUMMARY_RETRY_AFTER_MESSAGES: unset (20), or 1 (the next, one message longer, history).
+    overrides = {} if retry_after is None else {"summary_retry_after_messages": retry_after}
+    route = route_to(provider.url, window=6_000, max_output=1_000)
+    proxy = start_proxy(models=(route,), trace_enabled=True, **overrides)
+    client = proxy.client()
+    run = _long_run("a", 8)  # finished steps whose reasoning only a summary can shrink
+    for messages in (run, [*run, {"role": "user", "content": "go on"}]):
+        client.chat.completions.create(
+            model="test-model", messages=messages, tools=MEASURE, extra_headers={"x-session-id": "retry"}
+        )
+    folder: Path = proxy.settings.data_dir / "context-traces" / "retry"
+    first, second = (json.loads(p.read_text()) for p in sorted(folder.glob("turn-*.json")))
+    assert first["summarizerCalls"] and "summaryBackoff" not in first  # tried, and the summary failed
+    assert bool(second["summarizerCalls"]) is retried
+    assert ("summaryBackoff" in second) is not retried

@@ -115,3 +115,31 @@ def test_an_output_reserve_that_fills_the_env_window_stops_start_up_naming_both(
     assert f"MODEL_MAX_TOKENS={window}" in str(refused.value)
     # One token below the window is a (tiny) input limit, not nonsense: accepted.
     Settings.from_env({"MODEL_MAX_TOKENS": str(window), "OUTPUT_RESERVE_TOKENS": str(window - 1)})
+
+
+SUMMARY_SETTINGS = [
+    ("SCIENCE_AGENT_SUMMARY_MAX_ATTEMPTS", "summary_max_attempts", 2, 5),
+    ("SCIENCE_AGENT_SUMMARY_MAX_ROUNDS", "summary_max_rounds", 3, 10),
+    ("SCIENCE_AGENT_SUMMARY_RETRY_AFTER_MESSAGES", "summary_retry_after_messages", 20, 10_000),
+]
+
+
+@pytest.mark.parametrize(("name", "field", "default", "maximum"), SUMMARY_SETTINGS)
+def test_summary_retry_bounds_are_settings_with_the_old_defaults(name, field, default, maximum):
+    assert getattr(Settings.from_env({}), field) == default
+    assert getattr(Settings(), field) == default
+    assert getattr(Settings.from_env({name: "1"}), field) == 1
+    assert getattr(Settings.from_env({name: str(maximum)}), field) == maximum
+
+
+@pytest.mark.parametrize(("name", "field", "default", "maximum"), SUMMARY_SETTINGS)
+@pytest.mark.parametrize("bad", ["0", "-2", "two", "1.5"])
+def test_a_bad_summary_retry_bound_stops_start_up_naming_it(name, field, default, maximum, bad):
+    with pytest.raises(ConfigError, match=f"{name}='{bad}' is not a positive integer"):
+        Settings.from_env({name: bad})
+
+
+@pytest.mark.parametrize(("name", "field", "default", "maximum"), SUMMARY_SETTINGS)
+def test_a_summary_retry_bound_over_its_maximum_stops_start_up_naming_it(name, field, default, maximum):
+    with pytest.raises(ConfigError, match=f"{name}={maximum + 1} must be at most {maximum}"):
+        Settings.from_env({name: str(maximum + 1)})

@@ -13,7 +13,7 @@ import proxy
 from proxy.context.estimators import ConservativeTokenEstimator
 from proxy.context.pipeline import AssemblyInput, ContextPipeline, PipelineConfig, PipelineFailed
 from proxy.context.registry import ContextContributorRegistry
-from proxy.context.types import ContributionRequest, ContributorOutput, Scope
+from proxy.context.types import ContributionRequest, ContributorOutput, Scope, Section
 from proxy.kernel.canonical import HistoryEntry
 from proxy.kernel.config import ModelRoute
 from proxy.kernel.errors import AssemblyFailed
@@ -113,3 +113,36 @@ def test_the_schema_wants_llm_input_unless_the_assembly_failed() -> None:
     assert not SCHEMA.is_valid({**trace, "llmInput": {"model": "m", "messages": []}})  # nothing was sent
     del trace["assemblyError"]
     assert not SCHEMA.is_valid(trace)
+
+
+class Identity(Contributor):
+    """A protected contributor whose section is ``text``."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__("identity", True, False)
+        self.text = text
+
+    async def contribute(self, request: ContributionRequest) -> ContributorOutput:
+        return ContributorOutput(sections=[Section("identity", self.text, protected=True)])
+
+
+async def test_a_failure_of_room_is_traced_with_what_was_needed_the_budget_and_the_settings() -> None:
+    with pytest.raises(PipelineFailed) as caught:
+        await _pipeline(Identity("Follow every rule. " * 1_000)).assemble(_input())
+    trace: dict[str, Any] = {"schemaVersion": SCHEMA_VERSION, **trace_json(_failed(caught.value))}
+    SCHEMA.validate(trace)
+    error = trace["assemblyError"]
+    assert error["stage"] == "budget" and error["budgetTokens"] == 2_500 == trace["budgets"]["promptBudgetTokens"]
+    assert error["neededTokens"] > error["budgetTokens"]
+    assert error["settings"][0] == "SCIENCE_AGENT_CONTEXT_PROMPT_PERCENT"
+    assert (
+        f"it fits with SCIENCE_AGENT_CONTEXT_PROMPT_PERCENT={-(-error['neededTokens'] * 100 // 10_000)} or more"
+        in (error["message"])
+    )
+
+
+async def test_a_failure_that_no_setting_changes_has_no_settings_in_its_trace() -> None:
+    with pytest.raises(PipelineFailed) as caught:
+        await _pipeline(Contributor("policy", True, True)).assemble(_input())
+    error = trace_json(_failed(caught.value))["assemblyError"]
+    assert error["stage"] == "collect" and "settings" not in error and "neededTokens" not in error

@@ -67,3 +67,13 @@ async def test_a_failing_summarizer_gives_a_deterministic_checkpoint_within_budg
     assert 'sh({"n": 50})' in text and "earlier steps left out" in text  # newest kept, oldest dropped
     assert ConservativeTokenEstimator().count_text(text) <= 600
     assert outcome.checkpoint.covered_messages == 101
+
+
+async def test_an_unusable_checkpoint_is_asked_for_again_attempts_times_in_all():
+    default = FunctionBackend("Sorry, I cannot help with that.")  # no checkpoint section: invalid
+    outcome = await write_checkpoint(default, ROUTE, _history(5, 200), None, "h", 600, "nonce", 100_000)
+    assert len(default.history) == 2 and len(outcome.rejections) == 2 and outcome.fallback is not None
+    once = FunctionBackend("Sorry, I cannot help with that.")
+    outcome = await write_checkpoint(once, ROUTE, _history(5, 200), None, "h", 600, "nonce", 100_000, attempts=1)
+    assert len(once.history) == 1 and len(outcome.rejections) == 1 and outcome.fallback is not None
+    assert validate_checkpoint(outcome.checkpoint.text).valid  # the deterministic one

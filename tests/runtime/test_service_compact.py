@@ -98,3 +98,18 @@ async def test_a_compaction_waits_for_the_session_lock_like_a_turn(tmp_path, sto
         with pytest.raises(SessionConflict):
             await service.compact(CompactionRequest(IDENTITY, ROUTE, HISTORY, None, "responses/compact"))
     assert backend.history == [] and observer.records == []  # nothing was asked of the model
+
+
+@pytest.mark.parametrize(("attempts", "calls"), [(None, 2), (1, 1), (3, 3)])
+async def test_remote_compaction_makes_as_many_attempts_as_the_setting_allows(tmp_path, store, attempts, calls) -> None:
+    backend = FunctionBackend(lambda llm_input: completion({"content": "Sorry, I cannot help with that."}))
+    env = {"SCIENCE_AGENT_SUMMARY_MAX_ATTEMPTS": str(attempts)} if attempts is not None else {}
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        models=(ROUTE,),
+        framing_secret=SECRET,
+        summary_max_attempts=Settings.from_env(env).summary_max_attempts,
+    )
+    service = build_service(settings, store, backend, lambda model: (None, None), SECRET, observer=Recorded())
+    await service.compact(CompactionRequest(IDENTITY, ROUTE, HISTORY, None, "compaction_trigger"))
+    assert len(backend.history) == calls and all(is_summary_request(body) for body in backend.history)
