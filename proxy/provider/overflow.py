@@ -1,12 +1,14 @@
-"""Recognize a provider's context-window overflow, whatever shape its error takes.
+"""Recognize a provider's context-window overflow, whatever shape its error takes and whoever words it.
 
 Providers disagree on everything but the words: the HTTP status (400, 413, 422, 500, even 200 for an
 error event inside a stream) and the ``code`` field are unreliable, and the envelope varies
 (``{"error": {...}}``, ``{"type": "error", "error": {...}}``, ``{"message": ...}``, ``{"error": "text"}``,
-JSON arrays, raw event-stream text). So the normalizer reads every message the body carries and
-matches the phrasings providers use, after first ruling out the look-alikes that also talk about
-tokens and sizes: per-minute token quotas, output ``max_tokens`` caps, request-size limits and content
-filters. Retrying those after a compaction would only waste a provider call.
+JSON arrays, raw event-stream text). So the normalizer reads every message the body carries. It first rules
+out the look-alikes that also talk about tokens and sizes (``overflow_lookalikes``: quotas, output caps, a
+tool name's length, sizes in bytes, content filters): retrying those after a compaction would only waste a
+provider call. Then the phrasings providers are known to use decide (``overflow_phrasings``, which also
+say where the window is), and for servers whose words we have never seen, the general rules read what every
+overflow message says (``overflow_clause``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.provider.overflow_lookalikes import LOOKALIKE_CODES, LOOKALIKE_TEXT
+from proxy.provider.overflow_clause import overflow_clause, stated_window
+from proxy.provider.overflow_lookalikes import LOOKALIKE_CODES, LOOKALIKES
 from proxy.provider.overflow_phrasings import OVERFLOW_CODES, PHRASINGS
 
 _I = re.IGNORECASE
@@ -55,11 +58,12 @@ class _Facts:
 
 def stated_limit(text: str) -> int | None:
     """The context window a provider's message states (``maximum context length is N tokens``,
-    ``prompt is too long: N tokens > M maximum`` -> M, ...), or None when it states none."""
+    ``prompt is too long: N tokens > M maximum`` -> M, ``only supports up to N``, ...), or None when it
+    states none."""
     for rule in PHRASINGS:
         if rule.limit_group and (found := rule.pattern.search(text)):
             return int(found.group(rule.limit_group).replace(",", ""))
-    return None
+    return stated_window(text)
 
 
 def parse_error_body(raw: str | bytes) -> Any:
@@ -91,44 +95,83 @@ def provider_message(body: Any) -> str | None:
 
 
 def lookalike_reason(status: int | None, body: Any, text: str = "") -> str | None:
-    """Why this error is a known overflow look-alike (``rate_limit``, ``output_cap``, ``request_size``,
-    ``content_filter``), or None. An exception litellm classed as an overflow is still not one then."""
-    if status == 429:
-        return "rate_limit"
+    """Why this error is a known overflow look-alike (``rate_limit``, ``quota``, ``output_cap``,
+    ``parameter_length``, ``request_size``, ``content_filter``), or None. An exception litellm classed as
+    an overflow is still not one then."""
     facts = _facts(body)
-    for code in facts.codes:
-        if code in LOOKALIKE_CODES:
-            return LOOKALIKE_CODES[code]
-    joined = "\n".join([*facts.messages, *facts.asides, text])
-    for reason, pattern in LOOKALIKE_TEXT:
-        if pattern.search(joined):
-            return reason
-    return None
+    decisive = _lookalike(status, facts, text, decisive=True)
+    if decisive is not None:
+        return decisive
+    candidates = [*facts.messages, text] if text else facts.messages
+    if _phrasing(facts, candidates, text) or _code(facts, text):
+        return None  # the body also says, in words a provider uses, that the context overflowed
+    return _lookalike(status, facts, text, decisive=False)
 
 
 def detect_overflow(status: int | None, body: Any, text: str = "") -> OverflowMatch | None:
     """Recognize a context-window overflow from the HTTP status, the error body and any extra text.
 
     ``body`` may be parsed JSON, a string (JSON, event-stream or plain text) or None; ``text`` is read
-    too (e.g. an exception message that quotes the body). Look-alikes are ruled out first.
+    too (e.g. an exception message that quotes the body). In order: decisive look-alikes are ruled out,
+    then a provider's own phrasing or code decides, then the other look-alikes are ruled out, then the
+    general rules read what any overflow message says.
     """
-    if lookalike_reason(status, body, text) is not None:
-        return None
     facts = _facts(body)
+    if _lookalike(status, facts, text, decisive=True) is not None:
+        return None
     candidates = [*facts.messages, text] if text else facts.messages
+    if match := _phrasing(facts, candidates, text) or _code(facts, text):
+        return match
+    if _lookalike(status, facts, text, decisive=False) is not None:
+        return None
+    for candidate in candidates:
+        if clause := overflow_clause(candidate):
+            limit = clause.limit or facts.limit_field
+            return OverflowMatch(_quoted(candidate, facts, text), limit, clause.counts_output, clause.rule)
+    return None
+
+
+def _lookalike(status: int | None, facts: _Facts, text: str, *, decisive: bool) -> str | None:
+    if decisive and status == 429:
+        return "rate_limit"
+    if decisive:
+        for code in facts.codes:
+            if code in LOOKALIKE_CODES:
+                return LOOKALIKE_CODES[code]
+    joined = "\n".join([*facts.messages, *facts.asides, text])
+    for lookalike in LOOKALIKES:
+        if lookalike.decisive is decisive and lookalike.pattern.search(joined):
+            return lookalike.reason
+    return None
+
+
+def _phrasing(facts: _Facts, candidates: list[str], text: str) -> OverflowMatch | None:
     for candidate in candidates:
         for rule in PHRASINGS:
             if found := rule.pattern.search(candidate):
-                limit = int(found.group(rule.limit_group).replace(",", "")) if rule.limit_group else facts.limit_field
+                if rule.limit_group:
+                    limit: int | None = int(found.group(rule.limit_group).replace(",", ""))
+                else:  # the phrasing states none; the message may still say it in other words
+                    limit = stated_window(candidate) or facts.limit_field
                 # OpenAI-style messages say "... in the completion" when max_tokens was counted.
                 said_output = rule.name == "max_context_length" and bool(_OUTPUT_WORDS.search(candidate))
-                message = facts.messages[0] if candidate is text and facts.messages else candidate
-                return OverflowMatch(message, limit, rule.counts_output or said_output, rule.name)
-    matched_codes = facts.codes & OVERFLOW_CODES
-    if matched_codes:
-        message = facts.messages[0] if facts.messages else text
-        return OverflowMatch(message, facts.limit_field, False, f"code:{min(matched_codes)}")
+                return OverflowMatch(
+                    _quoted(candidate, facts, text), limit, rule.counts_output or said_output, rule.name
+                )
     return None
+
+
+def _quoted(candidate: str, facts: _Facts, text: str) -> str:
+    """The provider's message to quote: when only the extra text matched, the body's own message."""
+    return facts.messages[0] if candidate is text and facts.messages else candidate
+
+
+def _code(facts: _Facts, text: str) -> OverflowMatch | None:
+    matched_codes = facts.codes & OVERFLOW_CODES
+    if not matched_codes:
+        return None
+    message = facts.messages[0] if facts.messages else text
+    return OverflowMatch(message, stated_window(message) or facts.limit_field, False, f"code:{min(matched_codes)}")
 
 
 def _facts(body: Any) -> _Facts:

@@ -48,6 +48,8 @@ PHRASINGS: tuple[Phrasing, ...] = (
     # llama.cpp server; llama-cpp-python.
     _rule("llamacpp_context_size", rf"exceeds the available context size \({_N} tokens\)", 1),
     _rule("llamacpp_python_context_window", rf"requested tokens \({_N}\) exceed context window of {_N}", 2),
+    # llama.cpp with context shift off, when prompt and generation reach n_ctx (a 500 with no numbers).
+    _rule("llamacpp_context_shift_disabled", r"context shift is disabled"),
     # LM Studio: older "context length of only N", newer "n_keep: K >= n_ctx: N" / "n_keep (K) >= n_ctx (N)".
     _rule("lmstudio_context_length", rf"does not fit in context length.*?supports {_N} tokens", 1),
     _rule("lmstudio_context_of_only", rf"context length of only {_N} tokens", 1),
