@@ -8,7 +8,8 @@ out the look-alikes that also talk about tokens and sizes (``overflow_lookalikes
 tool name's length, sizes in bytes, content filters): retrying those after a compaction would only waste a
 provider call. Then the phrasings providers are known to use decide (``overflow_phrasings``, which also
 say where the window is), and for servers whose words we have never seen, the general rules read what every
-overflow message says (``overflow_clause``).
+overflow message says (``overflow_clause``). The status and whether the server is local are weak signals:
+they count only for weak words (``OverflowHints``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,33 @@ class OverflowMatch:
     rule: str
 
 
+@dataclass(frozen=True)
+class OverflowHints:
+    """What the caller knows of the request beside the error; weak signals, counted only with weak words.
+
+    ``local``: the server is self-hosted (loopback, a private address, a compose service name); local
+    engines often answer an overflow with a bare 500. ``fill``: the share of the window the request was
+    estimated to fill, when the caller knows the window; it outweighs ``local`` when given.
+    """
+
+    local: bool = False
+    fill: float | None = None
+
+    def near_window(self, status: int | None) -> bool:
+        """Whether a weakly worded error is likely the window: a request at 90% of it or more, or (when
+        the share is unknown) a 5xx from a local server."""
+        if self.fill is not None:
+            return self.fill >= 0.9
+        return self.local and status is not None and status >= 500
+
+
+# Words that point at the window without saying it overflowed ("context shift", "KV cache", "n_ctx"): an
+# overflow only when the request came close to the window.
+_WEAK_WORDS = re.compile(
+    r"\bcontext\b[^.\n]{0,30}\b(?:size|length|window|limit|shift|full|exceeded|overflow)|\bn_ctx\b"
+    r"|\bkv[ _-]?(?:cache|size)\b|\bout of context\b|\btoo many tokens\b",
+    _I,
+)
 # Machine-readable window sizes some servers put beside the message (llama.cpp's ``n_ctx``).
 _LIMIT_FIELDS = ("n_ctx", "max_context_length", "context_length")
 _OUTPUT_WORDS = re.compile(r"completion|output|max_tokens|max_new_tokens|prediction", _I)
@@ -108,13 +136,16 @@ def lookalike_reason(status: int | None, body: Any, text: str = "") -> str | Non
     return _lookalike(status, facts, text, decisive=False)
 
 
-def detect_overflow(status: int | None, body: Any, text: str = "") -> OverflowMatch | None:
+def detect_overflow(
+    status: int | None, body: Any, text: str = "", *, hints: OverflowHints | None = None
+) -> OverflowMatch | None:
     """Recognize a context-window overflow from the HTTP status, the error body and any extra text.
 
     ``body`` may be parsed JSON, a string (JSON, event-stream or plain text) or None; ``text`` is read
     too (e.g. an exception message that quotes the body). In order: decisive look-alikes are ruled out,
     then a provider's own phrasing or code decides, then the other look-alikes are ruled out, then the
-    general rules read what any overflow message says.
+    general rules read what any overflow message says, and last, with ``hints``, weak words count when
+    the request came close to the window.
     """
     facts = _facts(body)
     if _lookalike(status, facts, text, decisive=True) is not None:
@@ -128,6 +159,11 @@ def detect_overflow(status: int | None, body: Any, text: str = "") -> OverflowMa
         if clause := overflow_clause(candidate):
             limit = clause.limit or facts.limit_field
             return OverflowMatch(_quoted(candidate, facts, text), limit, clause.counts_output, clause.rule)
+    if hints is not None and hints.near_window(status):
+        for candidate in candidates:
+            if _WEAK_WORDS.search(candidate):
+                limit = stated_window(candidate) or facts.limit_field
+                return OverflowMatch(_quoted(candidate, facts, text), limit, False, "weak_words_near_window")
     return None
 
 

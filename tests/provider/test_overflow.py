@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from proxy.provider.overflow import (
+    OverflowHints,
     detect_overflow,
     lookalike_reason,
     parse_error_body,
@@ -209,3 +210,41 @@ def test_a_phrasing_without_a_number_takes_the_window_stated_in_other_words() ->
 def test_numbers_that_are_not_the_window_are_not_stated_as_one(text: str) -> None:
     match = detect_overflow(400, {"error": {"message": text}})
     assert match is not None and match.limit is None
+
+
+# Weak words: they point at the window without saying it overflowed.
+WEAK = {"error": {"code": 500, "message": "failed to find free space in the KV cache", "type": "server_error"}}
+
+
+def test_weak_words_alone_are_not_an_overflow() -> None:
+    assert detect_overflow(500, WEAK) is None
+
+
+def test_weak_words_in_a_5xx_from_a_local_server_are_an_overflow() -> None:
+    match = detect_overflow(500, WEAK, hints=OverflowHints(local=True))
+    assert match is not None and match.rule == "weak_words_near_window" and match.limit is None
+
+
+@pytest.mark.parametrize(
+    ("status", "hints", "overflow"),
+    [
+        (400, OverflowHints(local=True), False),  # a local 4xx says what it means; weak words do not decide
+        (500, OverflowHints(local=False), False),  # a hosted provider's 500 is its own trouble
+        (500, OverflowHints(local=True, fill=0.4), False),  # far from the window: not the window
+        (400, OverflowHints(fill=0.95), True),  # at the window, whoever answers
+        (429, OverflowHints(local=True, fill=0.99), False),  # a rate limit stays one
+    ],
+)
+def test_hints_decide_only_weak_words(status: int, hints: OverflowHints, overflow: bool) -> None:
+    assert (detect_overflow(status, WEAK, hints=hints) is not None) is overflow
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"error": {"code": 500, "message": "Invalid input batch.", "type": "server_error"}},  # no weak words
+        {"type": "error", "error": {"type": "api_error", "message": "insufficient balance (1008) for context"}},
+    ],
+)
+def test_a_local_5xx_without_weak_words_or_with_a_lookalike_is_not_an_overflow(body: Any) -> None:
+    assert detect_overflow(500, body, hints=OverflowHints(local=True, fill=0.99)) is None
