@@ -24,7 +24,14 @@ import httpx
 import openai
 
 from proxy.kernel.errors import ContextOverflow, InvalidRequest, ProviderError, ProxyError
-from proxy.provider.overflow import detect_overflow, lookalike_reason, parse_error_body, provider_message, stated_limit
+from proxy.provider.overflow import (
+    OverflowHints,
+    detect_overflow,
+    lookalike_reason,
+    parse_error_body,
+    provider_message,
+    stated_limit,
+)
 
 _TYPE_BY_STATUS = {
     401: "authentication_error",
@@ -70,14 +77,17 @@ class _Facts:
     local: str | None = None  # litellm could not build the call from this request (its own words)
 
 
-def translate_provider_error(exc: BaseException, *, secrets: Iterable[str] = ()) -> ProxyError:
+def translate_provider_error(
+    exc: BaseException, *, secrets: Iterable[str] = (), hints: OverflowHints | None = None
+) -> ProxyError:
     """Map an exception from a provider call to a ``ProxyError``.
 
     A recognized context overflow becomes ``ContextOverflow`` (400, ``context_length_exceeded``) with
     the stated limit. Anything else becomes ``ProviderError`` whose status is the provider's 4xx as is,
     500/502/503/504 as is (other 5xx: 503), 504 when it did not answer in time (408 when it said 408),
     502 when it could not be reached or answered something that is not an answer; ``retry-after`` is
-    passed on. Messages are the provider's own words, with API keys (and ``secrets``) masked.
+    passed on. Messages are the provider's own words, with API keys (and ``secrets``) masked. ``hints``
+    (is the server local, how full was the window) only decide errors whose words are weak.
     """
     if isinstance(exc, ProxyError):
         return exc
@@ -86,7 +96,7 @@ def translate_provider_error(exc: BaseException, *, secrets: Iterable[str] = ())
     text = "\n".join(facts.texts)
     status = facts.upstream_status or facts.litellm_status
     message = _provider_sentence(facts)
-    overflow = detect_overflow(status, facts.bodies, text)
+    overflow = detect_overflow(status, facts.bodies, text, hints=hints)
     if overflow is not None:
         # The normalizer quotes the body's message; when it matched only litellm's text, that text
         # is the joined exception messages, so the cleaned-up sentence reads better.

@@ -8,9 +8,11 @@ runtime another backend; this one imports litellm lazily so that building the ap
 from __future__ import annotations
 
 import inspect
+import ipaddress
 import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from proxy.kernel.errors import ProviderError, ProxyError
 from proxy.kernel.route_api import Api
@@ -18,6 +20,7 @@ from proxy.process.offline import prepare_offline_environment
 from proxy.provider.error_translation import translate_provider_error
 from proxy.provider.fast.messages import copied_messages
 from proxy.provider.native_transport import NativeTransport
+from proxy.provider.overflow import OverflowHints
 from proxy.provider.serialize import StreamSerializer, response_to_openai
 
 if TYPE_CHECKING:
@@ -87,7 +90,7 @@ class LiteLLMBackend:
         except ProxyError:
             raise
         except Exception as exc:  # the boundary: every provider failure is translated here
-            raise translate_provider_error(exc, secrets=_secrets(llm_input)) from exc
+            raise translate_provider_error(exc, secrets=_secrets(llm_input), hints=overflow_hints(llm_input)) from exc
         answer = response_to_openai(response)
         if not answer["choices"]:
             # litellm passes ``choices: []`` on as a response; an agent would crash on choices[0].
@@ -98,6 +101,7 @@ class LiteLLMBackend:
         """Open the stream and read it up to its first chunk with substance (a delta or usage), so that
         a provider error, or a stream with no answer at all, is still an HTTP error."""
         secrets = _secrets(llm_input)
+        hints = overflow_hints(llm_input)
         serializer = StreamSerializer()
         upstream = None
         try:
@@ -120,8 +124,8 @@ class LiteLLMBackend:
             raise
         except Exception as exc:  # the boundary: every provider failure is translated here
             await _close(upstream)
-            raise translate_provider_error(exc, secrets=secrets) from exc
-        return _relay(upstream, iterator, serializer, ahead, secrets)
+            raise translate_provider_error(exc, secrets=secrets, hints=hints) from exc
+        return _relay(upstream, iterator, serializer, ahead, secrets, hints)
 
     async def complete_native(
         self, api: Api, body: dict[str, Any], headers: Mapping[str, str], route: Mapping[str, Any]
@@ -187,13 +191,48 @@ async def _close_client(client: object) -> None:
         await closing
 
 
+# litellm calls these on localhost when no api_base is given.
+_LOCAL_BY_DEFAULT = ("ollama/", "ollama_chat/", "lm_studio/", "llamafile/")
+
+
+def overflow_hints(llm_input: dict[str, Any]) -> OverflowHints:
+    """What this backend knows of the call beside the error: whether the server is a self-hosted one.
+
+    Local inference engines (llama.cpp, LocalAI, Ollama, vLLM on a box of one's own) often answer an
+    overflow with a bare 500; the recognizer counts their weaker words then. How full the window was is
+    not known here (the window lives in the runtime's limits), so ``fill`` stays None.
+    """
+    api_base = llm_input.get("api_base")
+    if not (isinstance(api_base, str) and api_base):
+        model = llm_input.get("model")
+        return OverflowHints(local=isinstance(model, str) and model.startswith(_LOCAL_BY_DEFAULT))
+    return OverflowHints(local=_is_local_host(urlsplit(api_base if "//" in api_base else f"//{api_base}").hostname))
+
+
+def _is_local_host(host: str | None) -> bool:
+    """Loopback, a private or link-local address, ``localhost``, ``*.local``/``*.internal``, or a bare name
+    (a compose service such as ``http://vllm:8000``)."""
+    if not host:
+        return False
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host == "localhost" or host.endswith((".localhost", ".local", ".internal")) or "." not in host
+    return address.is_loopback or address.is_private or address.is_link_local
+
+
 def _secrets(llm_input: dict[str, Any]) -> list[str]:
     """Credentials a provider might echo back in an error message; they are masked before anyone sees it."""
     return [str(llm_input[key]) for key in ("api_key",) if llm_input.get(key)]
 
 
 async def _relay(
-    upstream: Any, iterator: Any, serializer: StreamSerializer, ahead: list[dict[str, Any]], secrets: list[str]
+    upstream: Any,
+    iterator: Any,
+    serializer: StreamSerializer,
+    ahead: list[dict[str, Any]],
+    secrets: list[str],
+    hints: OverflowHints,
 ) -> AsyncIterator[dict[str, Any]]:
     """Yield the chunks read ahead, then the rest; closing this generator (client gone) closes the
     upstream call too.
@@ -210,7 +249,7 @@ async def _relay(
             except StopAsyncIteration:
                 break
             except Exception as exc:  # the boundary, mid-stream
-                raise translate_provider_error(exc, secrets=secrets) from exc
+                raise translate_provider_error(exc, secrets=secrets, hints=hints) from exc
             for out in serializer.feed(chunk):
                 yield out
         for out in serializer.finish():

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from proxy.provider.overflow import (
+    OverflowHints,
     detect_overflow,
     lookalike_reason,
     parse_error_body,
@@ -128,3 +129,122 @@ def test_a_deeply_nested_body_does_not_recurse_forever() -> None:
     for _ in range(5000):
         body = {"error": body}
     assert detect_overflow(400, body) is None  # too deep to read, and nothing crashed
+
+
+# The general rules, on sentences written for these tests (not provider bodies: those are in the corpora).
+# Each names the input side, an excess and a measure, or states two counts, in words no phrasing table holds.
+@pytest.mark.parametrize(
+    ("text", "rule", "limit"),
+    [
+        ("Your conversation is too long for this model.", "general_excess", None),
+        ("The prompt does not fit: the model takes 16384 tokens at most.", "general_excess", None),
+        ("Input exceeds the token budget of the deployment (max_input_len 8192).", "general_excess", 8192),
+        ("messages are longer than the maximum sequence length (4096)", "general_excess", 4096),
+        ("request size in tokens (9000) is greater than the model limit", "general_excess", None),
+        ("prompt_tokens must be less than max_model_len (32768)", "general_excess", 32768),
+        ("Token limit has been exceeded for this model", "general_capacity_exceeded", None),
+        ("max tokens of 200000 exceeded", "general_capacity_exceeded", 200000),
+        ("The request holds 70000 tokens; the context window is 65536.", "general_comparison", 65536),
+        ("History uses 9000 tokens but the model only supports up to 8192.", "general_comparison", 8192),
+        ("Rejected. Please shorten the prompt to fit the context length.", "general_advice", None),
+    ],
+)
+def test_general_rules_read_phrasings_no_table_holds(text: str, rule: str, limit: int | None) -> None:
+    match = detect_overflow(400, {"error": {"message": text}})
+    assert match is not None and (match.rule, match.limit) == (rule, limit)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "max_tokens (10000) cannot exceed 8192",  # the output is what is too large
+        "Too many messages in the conversation: the limit is 100",  # too many of something not counted in tokens
+        "messages.4.name: too long, at most 64 characters",  # a path into the request, not the conversation
+        "Input validation error: `best_of` must be less than the maximum of 2",  # the error's kind, not the input
+        "Bad request: size of the seed exceeds 2^32",  # an HTTP reason phrase, not the request
+        "The prompt is 900 tokens and the context window is 8192.",  # two counts, the first the smaller
+    ],
+)
+def test_general_rules_need_the_input_to_be_what_is_too_much(text: str) -> None:
+    assert detect_overflow(400, {"error": {"message": text}}) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("Too many tokens, please wait before trying again.", "rate_limit"),
+        ("input tokens per day exceeded for this key", "rate_limit"),
+        ("insufficient balance (1008): the request exceeds your remaining credits", "quota"),
+        ("max_completion_tokens is too large: 300000. The input is small.", "output_cap"),
+        ("Invalid 'tools[2].function.name': the tool name exceeds 64 characters", "parameter_length"),
+        ("Request payload of 9000000 bytes exceeds the 4 MB maximum for the input", "request_size"),
+    ],
+)
+def test_lookalikes_that_share_the_words_are_refused_and_named(text: str, reason: str) -> None:
+    body = {"error": {"message": text}}
+    assert detect_overflow(400, body) is None
+    assert lookalike_reason(400, body) == reason
+
+
+def test_an_output_cap_does_not_hide_an_overflow_the_same_body_states() -> None:
+    """vLLM: "'max_tokens' ... is too large" is an output cap unless the body also states the window it overflowed."""
+    cap = {"error": {"message": "'max_tokens' or 'max_completion_tokens' is too large: 64000."}}
+    assert detect_overflow(400, cap) is None and lookalike_reason(400, cap) == "output_cap"
+    both = {"error": {"message": cap["error"]["message"] + " This model's maximum context length is 64001 tokens."}}
+    assert detect_overflow(400, both) is not None and lookalike_reason(400, both) is None
+
+
+def test_a_phrasing_without_a_number_takes_the_window_stated_in_other_words() -> None:
+    match = detect_overflow(400, "The input token count exceeds the maximum number of tokens allowed 1048576.")
+    assert match is not None and match.rule == "exceeds_max_tokens_allowed" and match.limit == 1048576
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "invalid params, context window exceeds limit (2013)",  # an error code in parentheses, not a window
+        "Prompt length (1240) is longer than allowed",  # what the request holds, not what the model takes
+        "too many tokens: size limit exceeded by 1502 tokens",  # the excess, not the window
+    ],
+)
+def test_numbers_that_are_not_the_window_are_not_stated_as_one(text: str) -> None:
+    match = detect_overflow(400, {"error": {"message": text}})
+    assert match is not None and match.limit is None
+
+
+# Weak words: they point at the window without saying it overflowed.
+WEAK = {"error": {"code": 500, "message": "failed to find free space in the KV cache", "type": "server_error"}}
+
+
+def test_weak_words_alone_are_not_an_overflow() -> None:
+    assert detect_overflow(500, WEAK) is None
+
+
+def test_weak_words_in_a_5xx_from_a_local_server_are_an_overflow() -> None:
+    match = detect_overflow(500, WEAK, hints=OverflowHints(local=True))
+    assert match is not None and match.rule == "weak_words_near_window" and match.limit is None
+
+
+@pytest.mark.parametrize(
+    ("status", "hints", "overflow"),
+    [
+        (400, OverflowHints(local=True), False),  # a local 4xx says what it means; weak words do not decide
+        (500, OverflowHints(local=False), False),  # a hosted provider's 500 is its own trouble
+        (500, OverflowHints(local=True, fill=0.4), False),  # far from the window: not the window
+        (400, OverflowHints(fill=0.95), True),  # at the window, whoever answers
+        (429, OverflowHints(local=True, fill=0.99), False),  # a rate limit stays one
+    ],
+)
+def test_hints_decide_only_weak_words(status: int, hints: OverflowHints, overflow: bool) -> None:
+    assert (detect_overflow(status, WEAK, hints=hints) is not None) is overflow
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"error": {"code": 500, "message": "Invalid input batch.", "type": "server_error"}},  # no weak words
+        {"type": "error", "error": {"type": "api_error", "message": "insufficient balance (1008) for context"}},
+    ],
+)
+def test_a_local_5xx_without_weak_words_or_with_a_lookalike_is_not_an_overflow(body: Any) -> None:
+    assert detect_overflow(500, body, hints=OverflowHints(local=True, fill=0.99)) is None
