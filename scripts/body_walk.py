@@ -74,9 +74,12 @@ def main() -> None:
         slots = getattr(type(value), "__slots__", ())
         return any(id(getattr(value, slot, None)) in tracked for slot in slots if isinstance(slot, str))
 
+    entered: dict[int, FrameType] = {}  # a coroutine's frame is "called" again at every resumption: count it once
+
     def profile(frame: FrameType, event: str, arg: Any) -> None:
-        if event != "call":
+        if event != "call" or id(frame) in entered:
             return
+        entered[id(frame)] = frame
         path = frame.f_code.co_filename
         if not path.startswith(str(root)):
             return
@@ -121,7 +124,11 @@ def main() -> None:
         functions = sorted({f"{function}({names})" for found, function, names in stops if found == module})
         print(f"{number:2d}. {module}: {', '.join(functions)}")
     names = {name for _, _, carried in stops for name in carried.split(",")}
-    print(f"{len(stops)} stops in {len(order)} modules under {len(names)} names")
+    hops = [module for index, (module, _, _) in enumerate(stops) if index == 0 or stops[index - 1][0] != module]
+    entries = {module: hops.count(module) for module in order}
+    busiest = max(entries, key=lambda module: entries[module])
+    print(f"{len(stops)} stops in {len(order)} modules under {len(names)} names; {len(hops)} hops between modules")
+    print(f"most re-entered: {busiest}, {entries[busiest]} times")
 
 
 def _importable(name: str) -> bool:
