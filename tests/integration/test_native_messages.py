@@ -227,3 +227,38 @@ def test_an_anthropic_route_spoken_to_in_chat_still_gets_what_the_ingress_set(pr
     for request in received:
         assert request.body["thinking"] == {"type": "enabled", "budget_tokens": 1024}
         assert request.body["top_k"] == 40 and BETA in (request.header("anthropic-beta") or "")
+
+
+def test_an_answer_mixing_a_proxy_call_and_a_client_call_keeps_its_thinking_and_every_call_answered(
+    provider, tmp_path
+) -> None:
+    """The model calls ``read_tool_output`` and ``Bash`` in one signed answer: the proxy runs its own call and
+    keeps the answer whole (editing it would break the signature), answering ``Bash`` as not run; the model,
+    asked again, calls ``Bash`` alone, which reaches the client."""
+    stand_in, url = provider
+    model = Model()
+    again: list[bool] = []
+
+    def mixing(body: dict[str, Any]) -> MessageReply:
+        text = json.dumps(body["messages"])
+        names = {tool.get("name") for tool in body.get("tools") or []}
+        if "read_tool_output" in names and not model.read_back and (ref := _REF.search(text)):
+            model.read_back = True
+            read = ToolUse("read_tool_output", {"ref": ref.group(1), "query": "step=1"})
+            return MessageReply((Thinking("Read back and run the next step."), read, ToolUse("Bash", {"step": 99})))
+        if model.read_back and not again:  # the next call, with the results it asked for
+            again.append(True)
+            assert "Not run" in text  # its Bash call in the stored step was answered, not dropped
+            return MessageReply((Thinking("Run it again."), ToolUse("Bash", {"step": 99})))
+        return model(body)
+
+    stand_in.script = mixing
+    with proxy_for(url, tmp_path) as proxy, anthropic.Anthropic(base_url=proxy, api_key="x", max_retries=0) as sdk:
+        answers = run_claude_code(sdk, stream=False)
+    mixed = next(r.body for r in stand_in.requests if "Not run" in json.dumps(r.body["messages"]))
+    # The stored step went back to the provider whole: its thinking first, both calls, both answered.
+    step = next(m for m in mixed["messages"] if m["role"] == "assistant" and "read_tool_output" in json.dumps(m))
+    assert [b["type"] for b in step["content"]] == ["thinking", "tool_use", "tool_use"]
+    client_calls = [b for a in answers for b in a.content if b.type == "tool_use"]
+    assert all(call.name == "Bash" for call in client_calls)  # the client never saw the proxy's tool
+    assert any(call.input == {"step": 99} for call in client_calls)  # the call it made again reached it

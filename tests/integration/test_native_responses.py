@@ -145,3 +145,35 @@ def test_a_reasoning_tool_loop_that_compacts_is_accepted_at_every_call(provider,
         assert answer.output[0].type == "reasoning"
         assert all(i.encrypted_content for i in answer.output if i.type == "reasoning")
     assert [i.type for i in answers[2].output][:2] == ["reasoning", "web_search_call"]
+
+
+def test_an_answer_mixing_a_proxy_call_and_a_client_call_keeps_its_reasoning_with_its_call(provider, tmp_path) -> None:
+    """A reasoning item followed by a ``read_tool_output`` call and a ``shell`` call: the proxy keeps the answer
+    whole (the reasoning item stays with the call it preceded, as the provider requires), runs its own call
+    and answers ``shell`` as not run; the model, asked again, calls ``shell`` alone, which reaches the client."""
+    stand_in, url = provider
+    model = Model()
+    again: list[bool] = []
+
+    def mixing(body: dict[str, Any]) -> ResponseReply:
+        text = json.dumps(body["input"])
+        names = {tool.get("name") for tool in body.get("tools") or []}
+        if "read_tool_output" in names and not model.read_back and (ref := _REF.search(text)):
+            model.read_back = True
+            read = FunctionCall("read_tool_output", {"ref": ref.group(1), "query": "step=1"})
+            return ResponseReply((Reasoning(("Read back, then run.",)), read, FunctionCall("shell", {"step": 99})))
+        if model.read_back and not again:
+            again.append(True)
+            assert "Not run" in text
+            return ResponseReply((Reasoning(("Run it again.",)), FunctionCall("shell", {"step": 99})))
+        return model(body)
+
+    stand_in.script = mixing
+    with proxy_for(url, tmp_path) as proxy, openai.OpenAI(base_url=f"{proxy}/v1", api_key="x", max_retries=0) as sdk:
+        answers = run_codex(sdk, stream=False)
+    mixed = next(r.body for r in stand_in.requests if "Not run" in json.dumps(r.body["input"]))
+    kinds = [(i.get("type"), i.get("name")) for i in mixed["input"]]
+    at = kinds.index(("function_call", "read_tool_output"))
+    assert kinds[at - 1][0] == "reasoning" and kinds[at + 1] == ("function_call", "shell")
+    calls = [i for a in answers for i in a.output if i.type == "function_call"]
+    assert all(call.name == "shell" for call in calls) and any('"step": 99' in call.arguments for call in calls)
