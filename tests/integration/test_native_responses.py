@@ -177,3 +177,27 @@ def test_an_answer_mixing_a_proxy_call_and_a_client_call_keeps_its_reasoning_wit
     assert kinds[at - 1][0] == "reasoning" and kinds[at + 1] == ("function_call", "shell")
     calls = [i for a in answers for i in a.output if i.type == "function_call"]
     assert all(call.name == "shell" for call in calls) and any('"step": 99' in call.arguments for call in calls)
+
+
+def test_a_provider_overflow_is_retried_once_after_a_forced_compaction(provider, tmp_path) -> None:
+    stand_in, url = provider
+    model = stand_in.script
+    refused: list[int] = []
+
+    def overflowing_once(body: dict[str, Any]) -> ResponseReply:
+        if json.dumps(body["input"]).count('"function_call_output"') == 4 and not refused:
+            refused.append(len(json.dumps(body)))
+            message = "Your input exceeds the context window of this model. Please adjust your input and try again."
+            error = {"error": {"message": message, "type": "invalid_request_error", "code": "context_length_exceeded"}}
+            return ResponseReply(error_status=400, error_body=error)
+        return model(body)
+
+    stand_in.script = overflowing_once
+    with proxy_for(url, tmp_path) as proxy, openai.OpenAI(base_url=f"{proxy}/v1", api_key="x", max_retries=0) as sdk:
+        answers = run_codex(sdk, stream=True)
+    assert answers[-1].output_text == "Done." and refused
+    sent = [r.body for r in stand_in.requests if r.path == "/v1/responses"]
+    index = next(i for i, body in enumerate(sent) if len(json.dumps(body)) == refused[0])
+    retry = sent[index + 1]
+    assert len(json.dumps(retry)) < refused[0]  # the one retry, smaller, and accepted
+    assert retry["store"] is False and retry["reasoning"] == {"effort": "high", "summary": "auto"}  # still native
