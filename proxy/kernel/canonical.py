@@ -18,8 +18,11 @@ from typing import Any
 import orjson
 
 # The fields of a chat message that change what a model sees. Anything else (refusal, annotations,
-# audio, provider-specific extras) is kept in storage but not hashed.
+# audio, provider-specific extras, a native sidecar) is kept in storage but not hashed.
 _SEMANTIC_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "function_call")
+# A prompt-cache mark says where the client wants a cache breakpoint, not what the model sees: clients
+# move it to the newest message every turn, and the message it left must stay the same message.
+CACHE_MARK = "cache_control"
 _TOOL_CALL_FIELDS = ("id", "type", "function")
 
 GENESIS = ""
@@ -51,10 +54,19 @@ def canonical_message(message: Mapping[str, Any]) -> dict[str, Any]:
             continue
         if key == "tool_calls":
             value = [_canonical_tool_call(call) for call in value]
+        elif key == "content" and isinstance(value, list):
+            value = [_unmarked(part) for part in value]
         canon[key] = value
     if canon.get("content") == "" and "tool_calls" in canon:
         del canon["content"]
     return canon
+
+
+def _unmarked(part: Any) -> Any:
+    """A content part without its cache mark."""
+    if isinstance(part, Mapping) and CACHE_MARK in part:
+        return {key: value for key, value in part.items() if key != CACHE_MARK}
+    return part
 
 
 def _canonical_tool_call(call: Mapping[str, Any]) -> dict[str, Any]:

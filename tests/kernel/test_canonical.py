@@ -78,3 +78,14 @@ def test_exact_digests_tell_apart_every_value_orjson_can_and_cannot_encode() -> 
     digests = [exact_digest(value) for value in values]
     assert len(set(digests)) == len(values) and {len(d) for d in digests} == {17}
     assert [exact_digest(copy.deepcopy(value)) for value in values] == digests
+
+
+def test_a_cache_mark_is_not_part_of_a_messages_identity() -> None:
+    """Clients move their cache mark to the newest message every turn: the message it left stays the same one."""
+    from proxy.kernel.canonical import chain_hashes, message_hash
+
+    marked = {"role": "user", "content": [{"type": "text", "text": "go", "cache_control": {"type": "ephemeral"}}]}
+    plain = {"role": "user", "content": [{"type": "text", "text": "go"}]}
+    assert message_hash(marked) == message_hash(plain)
+    assert chain_hashes([plain, marked]) == chain_hashes([marked, plain])
+    assert message_hash(plain) != message_hash({"role": "user", "content": [{"type": "text", "text": "stop"}]})
