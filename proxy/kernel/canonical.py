@@ -56,10 +56,16 @@ def canonical_message(message: Mapping[str, Any]) -> dict[str, Any]:
             value = [_canonical_tool_call(call) for call in value]
         elif key == "content" and isinstance(value, list):
             value = [_unmarked(part) for part in value]
+            if len(value) == 1 and _is_plain_text(value[0]):
+                value = value[0]["text"]  # one text part is the text: clients mark a message by turning it into one
         canon[key] = value
     if canon.get("content") == "" and "tool_calls" in canon:
         del canon["content"]
     return canon
+
+
+def _is_plain_text(part: Any) -> bool:
+    return isinstance(part, Mapping) and part.keys() == {"type", "text"} and part["type"] == "text"
 
 
 def _unmarked(part: Any) -> Any:

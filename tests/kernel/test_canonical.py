@@ -89,3 +89,14 @@ def test_a_cache_mark_is_not_part_of_a_messages_identity() -> None:
     assert message_hash(marked) == message_hash(plain)
     assert chain_hashes([plain, marked]) == chain_hashes([marked, plain])
     assert message_hash(plain) != message_hash({"role": "user", "content": [{"type": "text", "text": "stop"}]})
+
+
+def test_one_plain_text_part_is_the_text_it_holds() -> None:
+    """A client turns a message into one text part to mark it: it is still the same message."""
+    from proxy.kernel.canonical import message_hash
+
+    assert message_hash({"role": "user", "content": [{"type": "text", "text": "go"}]}) == message_hash(
+        {"role": "user", "content": "go"}
+    )
+    two = {"role": "user", "content": [{"type": "text", "text": "g"}, {"type": "text", "text": "o"}]}
+    assert message_hash(two) != message_hash({"role": "user", "content": "go"})  # parts stay parts
