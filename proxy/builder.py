@@ -34,6 +34,7 @@ from proxy.context.state import StateConfig
 from proxy.context.types import SCOPES
 from proxy.kernel.config import ConfigError, ModelRoute, Settings
 from proxy.kernel.errors import ProxyError
+from proxy.kernel.usage import no_prices
 from proxy.observe.telemetry import Telemetry
 from proxy.provider.base import ProviderBackend
 from proxy.provider.recording import Recorder
@@ -171,6 +172,7 @@ def build_service(
         framing_secret=framing_secret,
         calibrator=TokenCalibrator(settings, store),
         observer=observer,
+        prices=getattr(backend, "model_prices", no_prices),
     )
 
 

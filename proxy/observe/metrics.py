@@ -5,7 +5,8 @@ a proxy-owned tool round and the overflow retry each count, the summarizer's cal
 (``context_proxy_summarizer_calls_total``). Prompt tokens are the proxy's conservative estimates, all
 three counted the same way so they can be set against each other: ``client`` what the client's own
 request costs (what a passthrough sends), ``sent`` what the provider received, ``candidate`` what the
-assembly produced (in shadow mode, what dynamic mode would have sent).
+assembly produced (in shadow mode, what dynamic mode would have sent); ``cache_read`` and ``cache_write``
+are the provider's own figures for its prompt cache (``proxy/kernel/usage.py``).
 
 Each app has its own ``CollectorRegistry``: nothing is registered in prometheus_client's global one, so
 several apps (tests, replay) live in one process without sharing or colliding.
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
+from proxy.kernel.usage import ProviderUsage
 from proxy.observe.call_facts import (
     assembly,
     compaction_reason,
@@ -52,7 +54,8 @@ class PrometheusMetrics:
         )
         self.prompt_tokens = Counter(
             "context_proxy_prompt_tokens",
-            "Estimated prompt tokens per model call: the client's request, what was sent, the candidate.",
+            "Prompt tokens per model call: the client's request, what was sent, the candidate (estimates), and what "
+            "the provider read from (cache_read) and wrote to (cache_write) its prompt cache (its own figures).",
             ("kind",),
             registry=registry,
         )
@@ -120,6 +123,10 @@ class PrometheusMetrics:
         self.prompt_tokens.labels(kind="sent").inc(sent)
         if candidate is not None:
             self.prompt_tokens.labels(kind="candidate").inc(candidate)
+        usage = ProviderUsage.of(record.usage)
+        if usage is not None:  # the provider's own figures: what it read from and wrote to its prompt cache
+            self.prompt_tokens.labels(kind="cache_read").inc(usage.cache_read_tokens)
+            self.prompt_tokens.labels(kind="cache_write").inc(usage.cache_write_tokens)
 
     def proxy_tool_calls(self, request: TurnRequest, tools: Sequence[str]) -> None:
         """Count the proxy-owned tools run for a model call."""

@@ -21,6 +21,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode, TracerProvider
 
 from proxy.kernel.config import ModelRoute
+from proxy.kernel.usage import ProviderUsage
 from proxy.observe.call_facts import (
     assembly,
     checkpoint_sent,
@@ -184,9 +185,14 @@ class SpanObserver:
 
 
 def _usage(usage: Mapping[str, Any] | Any) -> dict[str, int]:
-    """``gen_ai.usage.*`` from the provider's usage (a dict, or litellm's object), when it reported one."""
-    if usage is None:
+    """``gen_ai.usage.*`` from the provider's usage (a dict, or litellm's object), when it reported one: the
+    tokens in and out, and the GenAI conventions' prompt-cache figures."""
+    reading = ProviderUsage.of(usage)
+    if reading is None:
         return {}
-    get = usage.get if isinstance(usage, Mapping) else lambda key: getattr(usage, key, None)
-    found = {"gen_ai.usage.input_tokens": get("prompt_tokens"), "gen_ai.usage.output_tokens": get("completion_tokens")}
-    return {key: value for key, value in found.items() if isinstance(value, int)}
+    return {
+        "gen_ai.usage.input_tokens": reading.prompt_tokens,
+        "gen_ai.usage.output_tokens": reading.completion_tokens,
+        "gen_ai.usage.cache_read.input_tokens": reading.cache_read_tokens,
+        "gen_ai.usage.cache_creation.input_tokens": reading.cache_write_tokens,
+    }

@@ -7,6 +7,7 @@ runtime another backend; this one imports litellm lazily so that building the ap
 
 from __future__ import annotations
 
+import functools
 import inspect
 import ipaddress
 import logging
@@ -16,6 +17,7 @@ from urllib.parse import urlsplit
 
 from proxy.kernel.errors import ProviderError, ProxyError
 from proxy.kernel.route_api import Api
+from proxy.kernel.usage import ModelPrices
 from proxy.process.offline import prepare_offline_environment
 from proxy.provider.error_translation import translate_provider_error
 from proxy.provider.fast.messages import copied_messages
@@ -65,6 +67,24 @@ class LiteLLMBackend:
         except Exception:  # litellm raises a bare Exception for models its map does not know
             return None, None
         return info.get("max_input_tokens"), info.get("max_output_tokens")
+
+    @functools.lru_cache(maxsize=256)  # noqa: B019 - one backend per app, a handful of route models
+    def model_prices(self, model: str) -> ModelPrices | None:
+        """The model's prices per token from litellm's bundled cost map; ``None`` where it has none."""
+        try:
+            info = self._litellm.get_model_info(model)
+        except Exception:  # litellm raises a bare Exception for models its map does not know
+            return None
+        given = info.get("input_cost_per_token")
+        if not isinstance(given, int | float):
+            return None
+        read, write = info.get("cache_read_input_token_cost"), info.get("cache_creation_input_token_cost")
+        return ModelPrices(
+            input=float(given),
+            output=float(info.get("output_cost_per_token") or 0.0),
+            cache_read=float(read) if isinstance(read, int | float) else None,
+            cache_write=float(write) if isinstance(write, int | float) else None,
+        )
 
     def provider_arguments(self, llm_input: dict[str, Any]) -> dict[str, Any]:
         """``llm_input`` with the timeout and the retry switches this backend always sets."""

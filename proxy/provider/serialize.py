@@ -335,6 +335,11 @@ def _usage(value: Any) -> dict[str, Any] | None:
     if not isinstance(value, dict):
         return None
     out: dict[str, Any] = {key: _int(value.get(key)) for key in ("prompt_tokens", "completion_tokens", "total_tokens")}
+    # Anthropic's cache figures as litellm reports them (a write is billed apart, and the Messages ingress
+    # hands both back to its client).
+    for key in ("cache_creation_input_tokens", "cache_read_input_tokens"):
+        if isinstance(value.get(key), int) and value[key]:
+            out[key] = value[key]
     for key, allowed in (
         ("completion_tokens_details", _COMPLETION_DETAILS),
         ("prompt_tokens_details", _PROMPT_DETAILS),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,16 +21,19 @@ from proxy.kernel.client_params import client_arguments, with_route
 from proxy.kernel.config import ModelRoute, Settings
 from proxy.kernel.errors import ContextOverflow, ProxyError
 from proxy.kernel.native import NATIVE, without_native
+from proxy.kernel.route_api import provider_of
+from proxy.kernel.usage import PriceLookup, ProviderUsage, no_prices
 from proxy.provider import call_tag
 from proxy.provider.base import ProviderBackend
 from proxy.provider.chunks import synthesize
 from proxy.runtime.answers import Answer, BufferedStream, Completion, LiveStream
+from proxy.runtime.anthropic_marks import marked_for_anthropic
 from proxy.runtime.assembly import Assembler, Candidate, TurnRequest
 from proxy.runtime.calibration import TokenCalibrator, usage_of
 from proxy.runtime.native import NativeCodec, NativeRequest
 from proxy.runtime.observers import CallObserver
 from proxy.runtime.trace import TraceWriter
-from proxy.runtime.trace_record import CallRecord, trace_json
+from proxy.runtime.trace_record import CallCost, CallRecord, trace_json
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +65,10 @@ class ModelCalls:
         calibrator: TokenCalibrator,
         observer: CallObserver,
         traces: TraceWriter | None,
+        prices: PriceLookup = no_prices,
     ) -> None:
         self.settings = settings
+        self.prices = prices  # litellm's cost map, by the litellm model string
         self.assembler = assembler
         self.backend = backend
         self.calibrator = calibrator
@@ -92,6 +97,13 @@ class ModelCalls:
                 request, request.native, candidate, shadow_failure, recovery, reason, began
             )
         llm_input = build_llm_input(request.body, request.route, sent, request.provider_fields)
+        if sent is not None and provider_of(request.route.litellm_params) == "anthropic":
+            messages, tools = marked_for_anthropic(
+                llm_input["messages"], llm_input.get("tools"), sent.cache_breakpoints
+            )
+            llm_input["messages"] = messages
+            if tools is not None:
+                llm_input["tools"] = tools
         # The usage of a streamed answer is the calibration's only source for it: in dynamic mode the
         # proxy asks for it and keeps it from a client that did not (shadow and legacy send what the
         # client sent, so they learn only when the client asked).
@@ -163,7 +175,8 @@ class ModelCalls:
         stream = bool(request.body.get("stream"))
         codec = native.codec
         counted = _chat_form(request.body, sent)  # the chat form of what is sent: what calibration counts
-        body = codec.body(counted["messages"], counted["tools"], stream=stream)
+        ends = sent.cache_breakpoints if sent is not None else ()
+        body = codec.body(counted["messages"], counted["tools"], stream=stream, breakpoints=ends)
         if request.mode == "shadow" and candidate is not None:  # record and replay compare shadow candidates
             call_tag.offer_shadow_candidate(lambda: codec.body(candidate.messages, candidate.tools, stream=stream))
         record = CallRecord(
@@ -298,10 +311,34 @@ class ModelCalls:
 
     def record(self, record: CallRecord) -> None:
         """Hand a finished call to the observers and, when traces are on, write its trace file."""
+        record.cost = self._cost(record)
         self.observer.model_call(record)  # the one observation point of a model call, traces on or off
         if self.traces is not None:
             request = record.request
             self.traces.write(request.identity.context_id, request.turn, trace_json(record), recovery=record.recovery)
+
+    def _cost(self, record: CallRecord) -> CallCost | None:
+        """The call's cost and its summarizer calls' at their routes' prices; ``None`` where they are unknown."""
+        prices = self.prices(record.request.route.litellm_model)
+        if prices is None:
+            return None
+        usage = ProviderUsage.of(record.usage)
+        summarizer = 0.0
+        for call in summarizer_calls_of(record):
+            model = (call.get("llmInput") or {}).get("model")
+            call_prices = self.prices(str(model)) if model else prices
+            call_usage = ProviderUsage.of(call.get("usage"))
+            if call_prices is not None and call_usage is not None:
+                summarizer += call_prices.cost(call_usage)
+        return CallCost(prices.cost(usage) if usage is not None else 0.0, summarizer, prices)
+
+
+def summarizer_calls_of(record: CallRecord) -> Sequence[Mapping[str, Any]]:
+    """The summarizer calls a model call made: in its assembly, or for a client's compaction request."""
+    if record.compaction is not None:
+        return record.compaction.outcome.calls
+    candidate = record.candidate
+    return candidate.record.summarizer_calls if candidate is not None and candidate.record is not None else ()
 
 
 def _named(request: TurnRequest) -> tuple[list[dict[str, Any]], tuple[str, ...]]:

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from proxy.context.nonce import session_nonce
 from proxy.kernel.config import Mode, ModelRoute, Settings
 from proxy.kernel.errors import AssemblyFailed, ContextOverflow
+from proxy.kernel.usage import PriceLookup, no_prices
 from proxy.provider import call_tag
 from proxy.provider.base import ProviderBackend
 from proxy.provider.redaction import redact_llm_input
@@ -81,6 +82,7 @@ class TurnService:
         framing_secret: bytes = b"",
         calibrator: TokenCalibrator | None = None,
         observer: CallObserver | None = None,
+        prices: PriceLookup = no_prices,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -93,7 +95,7 @@ class TurnService:
         self._framing_secret = framing_secret
         self.calibrator = calibrator or TokenCalibrator(settings, store)
         self.observer = observer or Observers(())  # metrics and spans (proxy/observe/): fed every model call
-        self._calls = ModelCalls(settings, assembler, backend, self.calibrator, self.observer, traces)
+        self._calls = ModelCalls(settings, assembler, backend, self.calibrator, self.observer, traces, prices)
 
     def framing_nonce(self, context_id: str) -> str:
         """The session's framing nonce: what its hidden wrappers and checkpoint tags carry."""

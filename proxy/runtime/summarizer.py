@@ -43,6 +43,8 @@ class ModelSummarizer:
             raise
         finally:
             record["providerMs"] = round((time.perf_counter() - started) * 1000, 3)
+        if response.get("usage"):
+            record["usage"] = response["usage"]  # billed like any call: the trace prices it
         content = response["choices"][0]["message"].get("content") or ""
         record["checkpointChars"] = len(content)
         return str(content)

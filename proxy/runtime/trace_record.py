@@ -19,6 +19,7 @@ from typing import Any
 from proxy.context.collector import Collection, ContributorRun
 from proxy.context.pipeline import AssemblyRecord, CompactionRecord, ContextBudgets, FailedAssembly, PipelineFailed
 from proxy.kernel.errors import ProxyError
+from proxy.kernel.usage import ModelPrices, ProviderUsage
 from proxy.provider.redaction import redact_llm_input
 from proxy.runtime.assembly import Candidate, CandidateRecord, TurnRequest
 from proxy.runtime.calibration import TokenAccounting
@@ -54,6 +55,17 @@ class CallRecord:
     # A client's compaction request answered by the summarizer (``TurnService.compact``): no candidate,
     # ``llm_input`` the summarizer's last (already redacted) request.
     compaction: RemoteCompaction | None = None
+    # What the call cost at its route's prices (``ModelCalls.record`` sets it where the cost map knows them).
+    cost: CallCost | None = None
+
+
+@dataclass(frozen=True)
+class CallCost:
+    """A call's cost in dollars at its route's prices, and that of the summarizer calls its assembly made."""
+
+    usd: float
+    summarizer_usd: float
+    prices: ModelPrices
 
 
 def trace_json(call: CallRecord) -> dict[str, Any]:
@@ -103,6 +115,7 @@ def trace_json(call: CallRecord) -> dict[str, Any]:
         trace["providerError"] = dict(call.provider_error)
     if call.provider_ms is not None:
         trace["providerMs"] = call.provider_ms
+    trace.update(_billing_json(call))
     return trace
 
 
@@ -143,7 +156,23 @@ def _remote_compaction_json(call: CallRecord, compaction: RemoteCompaction) -> d
         "summarizerCalls": _plain(outcome.calls),
         "ingress": {"api": "responses", "request": compaction.kind},
         "llmInput": dict(call.llm_input),
+        **_billing_json(call),
     }
+
+
+def _billing_json(call: CallRecord) -> dict[str, Any]:
+    """The provider's usage with its prompt-cache figures, and the call's cost where its prices are known."""
+    out: dict[str, Any] = {}
+    usage = ProviderUsage.of(call.usage)
+    if usage is not None:
+        out["usage"] = _plain(usage)
+    if call.cost is not None:
+        out["cost"] = {
+            "usd": call.cost.usd,
+            "summarizerUsd": call.cost.summarizer_usd,
+            "prices": _plain(call.cost.prices),
+        }
+    return out
 
 
 def _budgets_json(
