@@ -78,6 +78,9 @@ class Candidate:
     record: CandidateRecord | None = None  # None: assembled by something that keeps no record (tests)
     proxy_tools: frozenset[str] = frozenset()  # proxy-owned tools offered in ``tools``
     visible_history: tuple[dict[str, Any], ...] = ()  # the history the model sees (after compaction)
+    # Indices of ``messages`` after which the prompt stays byte-stable until the next compaction (the system
+    # prompt, the latest checkpoint): where a provider's prompt-cache breakpoints go.
+    cache_breakpoints: tuple[int, ...] = ()
 
 
 class Assembler(Protocol):

@@ -12,7 +12,7 @@ blocks, citations, stop reasons and usage details included.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -23,10 +23,17 @@ class NativeCodec(Protocol):
     """A wire format's side of native passage (``ingress/messages/native.py``, ``ingress/responses/native.py``)."""
 
     def body(
-        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, *, stream: bool
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        *,
+        stream: bool,
+        breakpoints: Collection[int] = (),
     ) -> dict[str, Any]:
         """The provider request for these chat ``messages`` and ``tools`` (the assembled ones, or in legacy and
-        shadow mode the client's own), rendered natively: what kept its native parts is sent as it came."""
+        shadow mode the client's own), rendered natively: what kept its native parts is sent as it came.
+        ``breakpoints``: the messages after which the prompt stays stable (``Candidate.cache_breakpoints``),
+        where an API with explicit prompt-cache marks puts the proxy's."""
 
     def chat_view(self, response: Mapping[str, Any]) -> dict[str, Any]:
         """The provider's native answer as a chat completion: the assistant message (with its native parts,

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from proxy.context.checkpoint import Checkpoint
+from proxy.context.checkpoint import Checkpoint, is_checkpoint_message
 from proxy.context.nonce import session_nonce
 from proxy.context.pipeline import AssemblyInput, ContextPipeline
 from proxy.context.previews import READ_TOOL_OUTPUT
@@ -140,6 +140,7 @@ class SessionAssembler:
             record=record,
             proxy_tools=frozenset(tool.name for tool in proxy_tools) & {tool_name(tool) for tool in output.tools},
             visible_history=tuple(output.visible_history),  # copied where a proxy step reads it
+            cache_breakpoints=_stable_ends(output.messages, session_nonce(self._framing_secret, context_id)),
         )
 
     def _tool_context(
@@ -247,6 +248,21 @@ class SessionAssembler:
         return await self._store.branch_view(
             request.identity.context_id, request.reconciliation.chain_hashes, _CHANNELS
         )
+
+
+def _stable_ends(messages: Sequence[Mapping[str, Any]], nonce: str) -> tuple[int, ...]:
+    """Where what stays byte-stable until the next compaction ends: the system prompt and the latest checkpoint
+    (their indices in ``messages``; ``proxy/kernel/cache_marks.py`` puts prompt-cache breakpoints there)."""
+    ends: list[int] = []
+    leading = 0
+    while leading < len(messages) and messages[leading].get("role") == "system":
+        leading += 1
+    if leading:
+        ends.append(leading - 1)
+    checkpoints = [i for i, message in enumerate(messages) if is_checkpoint_message(message, nonce)]
+    if checkpoints:
+        ends.append(checkpoints[-1])
+    return tuple(ends)
 
 
 def _carries_reasoning(message: Mapping[str, Any]) -> bool:

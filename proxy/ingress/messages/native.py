@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from proxy.ingress.messages.request import assistant_message
 from proxy.ingress.messages.response import tool_input
+from proxy.kernel.cache_marks import CACHE_MARK, EPHEMERAL, Mark, kept
 from proxy.kernel.config import ModelRoute
 from proxy.kernel.errors import InvalidRequest
 from proxy.kernel.native import native_parts, with_native
@@ -38,6 +39,7 @@ _FINISH = {
     "refusal": "content_filter",
 }
 _EMPTY_ANSWER = "[context-proxy: the model was still calling proxy-owned tools after the round limit]"
+PROXY_MARK = "__proxy"  # tells the proxy's own cache marks apart while the body is rendered; never sent
 
 
 class AnthropicCodec:
@@ -49,9 +51,15 @@ class AnthropicCodec:
         self._max_tokens = max_tokens  # the client's, clamped to the route's output limit
 
     def body(
-        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, *, stream: bool
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        *,
+        stream: bool,
+        breakpoints: Collection[int] = (),
     ) -> dict[str, Any]:
-        """The Anthropic request: the client's fields, the model, the conversation and the tools."""
+        """The Anthropic request: the client's fields, the model, the conversation and the tools, with the
+        proxy's cache breakpoints after ``breakpoints`` (message indices) and at most four in all."""
         body: dict[str, Any] = {}
         for key, value in self._raw.items():
             if key == "model":
@@ -62,7 +70,7 @@ class AnthropicCodec:
                 body[key] = self._max_tokens
             else:
                 body[key] = copy.deepcopy(value)
-        system, conversation = render_messages(messages)
+        system, conversation = render_messages(messages, breakpoints)
         if system:
             body["system"] = self._marked(system)
         body["messages"] = conversation
@@ -76,7 +84,7 @@ class AnthropicCodec:
             body["stream"] = True
         elif "stream" in self._raw:
             body["stream"] = False  # this call is not streamed, whatever the client's request was
-        return body
+        return within_breakpoint_limit(body)
 
     def chat_view(self, response: Mapping[str, Any]) -> dict[str, Any]:
         """Anthropic's answer as a chat completion, its blocks kept with the message."""
@@ -199,8 +207,11 @@ class AnthropicCodec:
         return out
 
 
-def render_messages(messages: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The ``system`` blocks and the Anthropic ``messages`` of a chat conversation."""
+def render_messages(
+    messages: Sequence[Mapping[str, Any]], breakpoints: Collection[int] = ()
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The ``system`` blocks and the Anthropic ``messages`` of a chat conversation; the last block of each
+    message at ``breakpoints`` (indices of ``messages``) carries the proxy's cache mark."""
     system: list[dict[str, Any]] = []
     out: list[dict[str, Any]] = []
     pending: list[Any] = []  # the user side's parts until the next assistant message
@@ -210,21 +221,59 @@ def render_messages(messages: Sequence[Mapping[str, Any]]) -> tuple[list[dict[st
             out.append({"role": "user", "content": _content(pending)})
             pending.clear()
 
-    for message in messages:
+    for index, message in enumerate(messages):
         role = message.get("role")
+        marked = index in breakpoints
         if role in ("system", "developer") and not out and not pending:
-            system += _system_blocks(message)
+            system += _marked_last(_system_blocks(message), marked)
         elif role == "assistant":
             flush()
             parts = native_parts(message, "messages") or _assistant_blocks(message)
             if parts:
-                out.append({"role": "assistant", "content": _content(parts)})
+                out.append({"role": "assistant", "content": _content(_marked_last(parts, marked))})
         elif role == "tool":
-            pending += native_parts(message, "messages") or [_tool_result(message)]
+            pending += _marked_last(native_parts(message, "messages") or [_tool_result(message)], marked)
         else:  # user, and a system/developer message after the conversation began (Anthropic has no such role)
-            pending += native_parts(message, "messages") or _text_blocks(message.get("content"))
+            parts = native_parts(message, "messages") or _text_blocks(message.get("content"))
+            pending += _marked_last(parts, marked)
     flush()
     return system, out
+
+
+def _marked_last(parts: list[Any], marked: bool) -> list[Any]:
+    """``parts`` with the proxy's cache mark on the last one (a copy), when ``marked``."""
+    if not marked or not parts:
+        return parts
+    last = parts[-1]
+    block = {"type": "text", "text": last} if isinstance(last, str) else dict(last)
+    block[CACHE_MARK] = {**EPHEMERAL, PROXY_MARK: True}
+    return [*parts[:-1], block]
+
+
+def within_breakpoint_limit(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with at most four cache marks (``kernel/cache_marks.py``: the proxy's stay, the client's newest
+    message marks next), the proxy's own marks cleaned of the flag that told them apart. A block whose mark
+    changes is replaced by a copy: the others may be the client's own (a message's native parts)."""
+    places: list[tuple[list[Any], int, Mark]] = []  # the list holding a marked block, its index, whose mark
+    tools = body.get("tools")
+    for index, tool in enumerate(tools if isinstance(tools, list) else []):
+        if isinstance(tool, dict) and CACHE_MARK in tool:
+            places.append((tools, index, Mark(proxy=False, tool=True)))  # type: ignore[arg-type]
+    holders = [body["system"]] if isinstance(body.get("system"), list) else []
+    holders += [m["content"] for m in body.get("messages") or [] if isinstance(m.get("content"), list)]
+    for holder in holders:
+        for index, block in enumerate(holder):
+            if isinstance(block, dict) and isinstance(block.get(CACHE_MARK), dict):
+                places.append((holder, index, Mark(proxy=bool(block[CACHE_MARK].get(PROXY_MARK)))))
+    for (holder, index, mark), stays in zip(places, kept([mark for _, _, mark in places]), strict=True):
+        block = dict(holder[index])
+        given = block.pop(CACHE_MARK)
+        if stays:
+            block[CACHE_MARK] = {key: value for key, value in given.items() if key != PROXY_MARK}
+        if stays and not mark.proxy:
+            continue  # the client's, as it came
+        holder[index] = block
+    return body
 
 
 def _content(parts: list[Any]) -> str | list[Any]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from proxy.ingress.responses.request import HOSTED_TOOL_TYPES, TOOL_SEARCH, ToolMap, translate_input
@@ -40,9 +40,15 @@ class ResponsesCodec:
         self._max_output_tokens = max_output_tokens  # the client's, clamped to the route's output limit
 
     def body(
-        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, *, stream: bool
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        *,
+        stream: bool,
+        breakpoints: Collection[int] = (),
     ) -> dict[str, Any]:
-        """The Responses request: the client's fields, the model, the conversation and the tools."""
+        """The Responses request: the client's fields, the model, the conversation and the tools
+        (``breakpoints`` means nothing here: OpenAI caches prefixes without marks)."""
         body: dict[str, Any] = {}
         for key, value in self._raw.items():
             if key == "model":
