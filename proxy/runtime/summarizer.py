@@ -1,7 +1,8 @@
 """The checkpoint summarizer: the compactor's ``Summarizer`` port, backed by a real model call.
 
 The call goes through the same provider backend as every turn, to the model named by
-``SCIENCE_AGENT_SUMMARY_MODEL`` (default: the request's model). Its failures, overflow included, are
+``SCIENCE_AGENT_SUMMARY_MODEL`` (default: the request's model); on a route that speaks Responses it asks
+the provider not to store the call. Its failures, overflow included, are
 raised to the compactor, which records them and keeps the deterministic trimming: a summarizer
 overflow is handled within the compactor's bound, never by recursing into another compaction.
 """
@@ -30,6 +31,10 @@ class ModelSummarizer:
     async def summarize(self, messages: Sequence[dict[str, Any]]) -> str:
         """The model's checkpoint text for the summarization ``messages``."""
         llm_input = {**self._route.litellm_params, "messages": list(messages)}
+        if self._route.api == "responses":
+            # OpenAI stores a Responses call unless told not to; the transcript is the client's, and a
+            # client on such a route (Codex) may have asked for ``store: false``. The proxy never reads it back.
+            llm_input["store"] = False
         # The trace shows what the provider call is made with: the backend's own arguments too.
         arguments = self._backend.provider_arguments(llm_input)
         record: dict[str, Any] = {"model": self._route.model_name, "llmInput": redact_llm_input(arguments)}
