@@ -18,7 +18,10 @@ namespace with only loopback (``unshare -n``, root), so nothing can leave the ma
 ``--scripted-proxy`` starts the real proxy in front of the scripted provider for each scenario
 (``scripts/scripted_proxy.py``, so it needs the project's virtualenv) and runs the agents through it:
 a one-step task, eight big-output steps in a small window, and Codex's remote compaction
-(tests/data/agents/REAL_RUNS.md has their output).
+(tests/data/agents/REAL_RUNS.md has their output). With ``--native`` the proxy's routes are native
+(``anthropic/`` for Claude Code, ``api: responses`` for Codex) in front of the strict stand-ins, Claude Code
+thinks (``MAX_THINKING_TOKENS``, ``alwaysThinkingEnabled``) and Codex reasons (``model_reasoning_effort``,
+``model_reasoning_summary``).
 """
 
 from __future__ import annotations
@@ -115,7 +118,13 @@ class Run:
     seconds: float
 
 
-def codex_config(base_url: str, extra: str = "", provider_name: str = "context proxy", model: str = CODEX_MODEL) -> str:
+def codex_config(
+    base_url: str,
+    extra: str = "",
+    provider_name: str = "context proxy",
+    model: str = CODEX_MODEL,
+    show_reasoning: bool = False,
+) -> str:
     """A config.toml that points Codex at ``base_url`` with every phone-home channel off.
 
     Codex compacts remotely only for a provider it takes for OpenAI, which it decides by the name
@@ -127,7 +136,7 @@ model_provider = "proxy"
 approval_policy = "never"
 sandbox_mode = "danger-full-access"
 check_for_update_on_startup = false
-hide_agent_reasoning = true
+hide_agent_reasoning = {"false" if show_reasoning else "true"}
 {extra}
 [analytics]
 enabled = false
@@ -158,13 +167,15 @@ def run_codex(
     model: str = CODEX_MODEL,
     timeout: int = 120,
     task: str = TASK,
+    show_reasoning: bool = False,
 ) -> Run:
-    """``codex exec`` the task in a fresh CODEX_HOME and work folder."""
+    """``codex exec`` the task in a fresh CODEX_HOME and work folder (printing the reasoning summaries it gets
+    when ``show_reasoning``)."""
     with tempfile.TemporaryDirectory(prefix="codex-") as tmp:
         home, work = Path(tmp) / "home", Path(tmp) / "work"
         home.mkdir()
         work.mkdir()
-        (home / "config.toml").write_text(codex_config(base_url, extra_config, provider_name, model))
+        (home / "config.toml").write_text(codex_config(base_url, extra_config, provider_name, model, show_reasoning))
         env = _clean_env(tmp) | {"CODEX_HOME": str(home), "CONTEXT_PROXY_API_KEY": API_KEY}
         argv = [*agents.codex, "exec", "--skip-git-repo-check", "--color", "never", "-C", str(work), task]
         return _run("codex", scenario, argv, env, work, timeout)
@@ -178,11 +189,16 @@ def run_claude(
     model: str | None = None,
     timeout: int = 120,
     task: str = TASK,
+    settings: dict[str, Any] | None = None,
 ) -> Run:
-    """``claude -p`` the task with a temporary HOME and config folder."""
+    """``claude -p`` the task with a temporary HOME and config folder (holding ``settings`` as its
+    settings.json when given)."""
     with tempfile.TemporaryDirectory(prefix="claude-") as tmp:
         work = Path(tmp) / "work"
         work.mkdir()
+        if settings is not None:
+            (Path(tmp) / "claude").mkdir()
+            (Path(tmp) / "claude" / "settings.json").write_text(json.dumps(settings) + "\n")
         env = (
             _clean_env(tmp)
             | {
@@ -753,11 +769,15 @@ class ProxyScenario:
     codex_extra: str = ""
     codex_provider: str = "context proxy"
     task: str = TASK
+    claude_model: str | None = None  # the model Claude Code asks for (None: --claude-model, else its default)
+    native_only: bool = False  # a scenario of --native runs only
 
 
 PROXY_SCENARIOS = [
     ProxyScenario("task", "codex"),
     ProxyScenario("task", "claude"),
+    # Claude Code's default model thinks adaptively; Sonnet 4.5 takes a budget (MAX_THINKING_TOKENS).
+    ProxyScenario("task-sonnet-4-5", "claude", claude_model="claude-sonnet-4-5", native_only=True),
     # Big tool outputs (`seq 1 5000`: about 24 KB each) in a 40k-token window: the proxy previews old
     # outputs and checkpoints old steps. The agents' own prompts are large (Codex ~10k tokens of
     # instructions, Claude Code ~20k of tools), hence a window this size and a 40% prompt budget.
@@ -779,12 +799,22 @@ PROXY_SCENARIOS = [
 ]
 
 
+# --native: what turns thinking and reasoning on. Claude Code 2.1.197 thinks unless settings say
+# ``alwaysThinkingEnabled: false``; ``MAX_THINKING_TOKENS`` > 0 asks for a budget (``thinking: enabled``) on
+# the models that take one. Codex asks for reasoning with its config's effort and summary.
+NATIVE_CLAUDE_ENV = {"MAX_THINKING_TOKENS": "3000"}
+NATIVE_CLAUDE_SETTINGS = {"alwaysThinkingEnabled": True}
+NATIVE_CODEX_CONFIG = 'model_reasoning_effort = "high"\nmodel_reasoning_summary = "auto"\n'
+
+
 @contextlib.contextmanager
-def scripted_proxy(scenario: ProxyScenario) -> Iterator[tuple[str, Path]]:
-    """Start ``scripts/scripted_proxy.py`` (the real proxy and the scripted provider); yield its URL and data."""
-    data = Path(tempfile.mkdtemp(prefix=f"scripted-proxy-{scenario.agent}-{scenario.name}-"))
+def scripted_proxy(scenario: ProxyScenario, native: bool = False) -> Iterator[tuple[str, Path]]:
+    """Start ``scripts/scripted_proxy.py`` (the real proxy and the scripted provider, or with ``native`` the
+    strict stand-ins behind native routes); yield its URL and data."""
+    kind = "native" if native else "scripted"
+    data = Path(tempfile.mkdtemp(prefix=f"{kind}-proxy-{scenario.agent}-{scenario.name}-"))
     argv = [sys.executable, str(Path(__file__).with_name("scripted_proxy.py")), "--data-dir", str(data)]
-    argv += ["--steps", str(scenario.steps), "--command", scenario.command]
+    argv += ["--steps", str(scenario.steps), "--command", scenario.command, *(["--native"] if native else [])]
     if scenario.context_window_tokens:
         argv += ["--context-window-tokens", str(scenario.context_window_tokens)]
     if scenario.prompt_percent:
@@ -805,33 +835,79 @@ def run_through_proxy(agents: Agents, args: argparse.Namespace) -> int:
     """Each scenario: a fresh proxy, the agent on its task, and what the proxy and its provider saw."""
     failures = 0
     chosen = [
-        s for s in PROXY_SCENARIOS if args.agent in (s.agent, "both") and (not args.scenario or s.name in args.scenario)
+        s
+        for s in PROXY_SCENARIOS
+        if args.agent in (s.agent, "both")
+        and (not args.scenario or s.name in args.scenario)
+        and (args.native or not s.native_only)
     ]
+    native = args.native
     for scenario in chosen:
-        with scripted_proxy(scenario) as (url, data):
+        with scripted_proxy(scenario, native) as (url, data):
             if scenario.agent == "codex":
                 run = run_codex(
                     agents,
                     url,
                     scenario.name,
-                    scenario.codex_extra,
+                    scenario.codex_extra + (NATIVE_CODEX_CONFIG if native else ""),
                     scenario.codex_provider,
                     CODEX_MODEL,
                     args.timeout,
                     scenario.task,
+                    show_reasoning=native,
                 )
             else:
-                run = run_claude(agents, url, scenario.name, None, args.claude_model, args.timeout, scenario.task)
+                run = run_claude(
+                    agents,
+                    url,
+                    scenario.name,
+                    NATIVE_CLAUDE_ENV if native else None,
+                    scenario.claude_model or args.claude_model,
+                    args.timeout,
+                    scenario.task,
+                    NATIVE_CLAUDE_SETTINGS if native else None,
+                )
         report(run)
         print(f"  proxy data: {data}")
         print(f"  command: {shlex.join(_portable(run.argv))}")
         provider = json.loads((data / "provider.json").read_text()) if (data / "provider.json").exists() else {}
         print(f"  scripted model answered: {' '.join(provider.get('answers', []))}")
+        if native:
+            failures += _report_native(provider)
         traces = sorted((data / "store").glob("context-traces/*/*.json"))
-        compactions = sum(1 for t in traces if (json.loads(t.read_text()).get("compaction") or {}).get("reason"))
-        print(f"  proxy traces: {len(traces)} model calls, {compactions} with a compaction")
+        records = [json.loads(t.read_text()) for t in traces]
+        compactions = sum(1 for r in records if (r.get("compaction") or {}).get("reason"))
+        print(f"  proxy traces: {len(traces)} model calls, {compactions} with a compaction", end="")
+        if native:
+            passed = sum(1 for r in records if (r.get("ingress") or {}).get("passage") == "native")
+            asked = sum(1 for r in records if (r.get("compaction") or {}).get("reason") == "client_compaction_request")
+            summarized = sum(len(r.get("summarizerCalls") or []) for r in records)
+            print(f"; {passed} passed natively, {asked} compaction request(s) of the agent", end="")
+            print(f", {summarized} summarizer call(s)", end="")
+        print()
         failures += run.returncode != 0
     return 1 if failures else 0
+
+
+def _report_native(provider: dict[str, Any]) -> int:
+    """Print what the strict stand-ins received (native fields, thinking and reasoning sent back); 1 when
+    one of them refused a request."""
+    received = provider.get("native") or []
+    refused = int(provider.get("refused") or 0)
+    print(f"  stand-ins received: {len(received)} model requests, {refused} refused")
+    shown: list[str] = []
+    for request in received:
+        fields = {k: v for k, v in request.items() if k not in ("thinking_blocks_sent", "encrypted_reasoning_sent")}
+        line = json.dumps(fields, sort_keys=True)
+        if line not in shown:
+            shown.append(line)
+    for line in shown:
+        print(f"    {line}")
+    thinking = [r["thinking_blocks_sent"] for r in received]
+    reasoning = [r["encrypted_reasoning_sent"] for r in received]
+    print(f"  signed thinking blocks sent back per request: {thinking}")
+    print(f"  encrypted reasoning items sent back per request: {reasoning}")
+    return 1 if refused else 0
 
 
 def _portable(argv: list[str]) -> list[str]:
@@ -863,6 +939,12 @@ def main(argv: list[str] | None = None) -> int:
         "--scripted-proxy",
         action="store_true",
         help="run the agents through the real proxy in front of the scripted provider (needs the project's .venv)",
+    )
+    parser.add_argument(
+        "--native",
+        action="store_true",
+        help="with --scripted-proxy: native routes (anthropic/, api: responses) in front of the strict stand-ins,"
+        " Claude Code thinking and Codex reasoning",
     )
     parser.add_argument(
         "--scenario",

@@ -12,11 +12,19 @@ checkpoint naming the steps done. Run with the project's virtualenv:
     .venv/bin/python scripts/scripted_proxy.py --port 4000 --steps 6 --command 'seq 1 5000' --window 16000
 
 It prints ``READY <base-url> <data-dir>`` once the proxy answers, then serves until interrupted.
+
+``--native`` routes the agents' models natively instead: every ``claude-*`` name to an ``anthropic/`` route
+in front of the strict Anthropic stand-in (``proxy/provider/scripted_anthropic.py``: it signs its thinking
+and refuses what Anthropic refuses), every ``gpt-*`` name to an ``api: responses`` route in front of the
+strict Responses stand-in (``scripted_responses.py``: sealed reasoning, ``store``). The same task model
+plays both, thinking (a signed thinking block before each answer) or reasoning (a reasoning item first)
+when the request asks for it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -29,7 +37,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from proxy.provider.science_script import is_summary_request
+from proxy.provider import scripted_anthropic as anthropic
+from proxy.provider import scripted_responses as responses
+from proxy.provider.science_script import SUMMARY_MARKER, is_summary_request
 from proxy.provider.scripted import Reply, ScriptedProvider, ToolCall, free_port, serve_in_thread
 
 # The names the agents ask for by default; each is routed to the scripted provider.
@@ -121,6 +131,78 @@ def _checkpoint(done: int) -> str:
     )
 
 
+class NativeTaskModel:
+    """The task model in the providers' own APIs: a script of each strict stand-in (``--native``)."""
+
+    def __init__(self, steps: int, command: str) -> None:
+        self.steps = steps
+        self.command = command
+        self.requests: list[str] = []
+
+    def messages(self, body: dict[str, Any]) -> anthropic.MessageReply:
+        """Anthropic Messages: think, then a ``Bash`` call per step, then the final line."""
+        system = body.get("system")
+        system_text = system if isinstance(system, str) else _text(system)
+        done = _native_steps_done(body.get("messages") or [])
+        if system_text.startswith(SUMMARY_MARKER):
+            self.requests.append("checkpoint")
+            return anthropic.MessageReply((anthropic.Text(_checkpoint(done)),))
+        names = {tool.get("name") for tool in body.get("tools") or []}
+        if "Bash" not in names or done >= self.steps:
+            self.requests.append("final" if "Bash" in names else "side")
+            final = f"{FINAL_PREFIX} ran {done} step(s); the last command printed its output."
+            return anthropic.MessageReply((anthropic.Thinking(f"{done} step(s) ran; answer."), anthropic.Text(final)))
+        self.requests.append(f"step-{done + 1}")
+        call = {"command": f"echo step-{done + 1}; {self.command}", "description": "Run the task's command"}
+        thought = anthropic.Thinking(f"Step {done + 1} of {self.steps}: run it.")
+        return anthropic.MessageReply((thought, anthropic.ToolUse("Bash", call)))
+
+    def responses(self, body: dict[str, Any]) -> responses.ResponseReply:
+        """OpenAI Responses: reason, then an ``exec_command`` call per step, then the final line."""
+        items = [item for item in body.get("input") or [] if isinstance(item, dict)]
+        done = _native_steps_done(items)
+        first = _text(items[0].get("content")) if items else ""
+        if items and items[0].get("role") == "system" and first.startswith(SUMMARY_MARKER):
+            self.requests.append("checkpoint")
+            return responses.ResponseReply((responses.Message(_checkpoint(done)),))
+        if items and LOCAL_COMPACTION_PROMPT in _text(items[-1].get("content")):
+            self.requests.append("codex-local-summary")
+            summary = f"Summary: steps 1..{done} of the task ran (step-{done} printed its output)."
+            return responses.ResponseReply((responses.Message(summary),))
+        names = {tool.get("name") for tool in body.get("tools") or []}
+        if "exec_command" not in names or done >= self.steps:
+            self.requests.append("final")
+            final = f"{FINAL_PREFIX} ran {done} step(s); the last command printed its output."
+            return responses.ResponseReply((responses.Reasoning((f"{done} step(s) ran.",)), responses.Message(final)))
+        self.requests.append(f"step-{done + 1}")
+        call = responses.FunctionCall("exec_command", {"cmd": f"echo step-{done + 1}; {self.command}"})
+        return responses.ResponseReply((responses.Reasoning((f"Step {done + 1} of {self.steps}.",)), call))
+
+
+def _native_steps_done(conversation: list[dict[str, Any]]) -> int:
+    """The highest step the conversation mentions (calls, outputs, checkpoints), in either API's form."""
+    return max((int(n) for n in _STEP.findall(json.dumps(conversation))), default=0)
+
+
+def native_config(anthropic_url: str, responses_url: str, window: int) -> str:
+    """The ``model_list`` YAML routing each agent model name natively to its stand-in."""
+    entries = []
+    for name in MODELS:
+        if name.startswith("claude"):
+            params = f"      model: anthropic/{name}\n      api_base: {anthropic_url}\n"
+            params += f"      api_key: {anthropic.DEFAULT_API_KEY}\n"
+            api = ""
+        else:
+            params = f"      model: openai/{name}\n      api_base: {responses_url}/v1\n"
+            params += f"      api_key: {responses.DEFAULT_API_KEY}\n"
+            api = "    api: responses\n"
+        entries.append(
+            f"  - model_name: {name}\n    litellm_params:\n{params}{api}"
+            f"    model_info:\n      max_input_tokens: {window}\n      max_output_tokens: 4096\n"
+        )
+    return "model_list:\n" + "".join(entries)
+
+
 def proxy_config(provider_url: str, window: int) -> str:
     """The ``model_list`` YAML routing every agent model name to the scripted provider."""
     entries = []
@@ -152,6 +234,36 @@ def _wait_ready(url: str, process: subprocess.Popen[bytes], seconds: float = 60)
     sys.exit("the proxy did not become ready")
 
 
+def _provider_record(answers: list[str], stand_ins: list[Any]) -> dict[str, Any]:
+    """What the provider side saw: the model's answers, and every model request that reached it (a strict
+    stand-in's refusals are requests without an answer)."""
+    if isinstance(stand_ins[0], ScriptedProvider):
+        return {"answers": answers, "requests": len(stand_ins[0].history)}
+    model_paths = ("/v1/messages", "/v1/responses")
+    received = [r for stand_in in stand_ins for r in stand_in.requests if r.path in model_paths]
+    return {
+        "answers": answers,
+        "requests": len(received),
+        "refused": len(received) - len(answers),
+        "native": [_native_summary(r) for r in received],
+    }
+
+
+def _native_summary(received: Any) -> dict[str, Any]:
+    """The native fields of one request a stand-in received (what --native shows it got)."""
+    body = received.body
+    shown = {"path": received.path, "model": body.get("model")}
+    for name in ("thinking", "reasoning", "include", "store", "output_config"):
+        if name in body:
+            shown[name] = body[name]
+    if received.header("anthropic-beta"):
+        shown["anthropic-beta"] = received.header("anthropic-beta")
+    conversation = body.get("messages") or body.get("input") or []
+    shown["thinking_blocks_sent"] = json.dumps(conversation).count('"type": "thinking"')
+    shown["encrypted_reasoning_sent"] = json.dumps(conversation).count('"encrypted_content"')
+    return shown
+
+
 def main(argv: list[str] | None = None) -> int:
     """Start the scripted provider and the proxy; serve until SIGTERM/SIGINT."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -162,16 +274,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--context-window-tokens", type=int, help="SCIENCE_AGENT_CONTEXT_WINDOW_TOKENS for the proxy")
     parser.add_argument("--prompt-percent", type=int, help="SCIENCE_AGENT_CONTEXT_PROMPT_PERCENT for the proxy")
     parser.add_argument("--data-dir", type=Path, help="the proxy's store and traces (default: a temporary folder)")
+    parser.add_argument("--native", action="store_true", help="native routes in front of the strict stand-ins")
     args = parser.parse_args(argv)
 
-    model = AgentTaskModel(args.steps, args.command)
-    provider = ScriptedProvider(model)
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="scripted-proxy-"))
     port = args.port or free_port()
-    with serve_in_thread(provider.app()) as provider_url:
+    with contextlib.ExitStack() as stack:
+        if args.native:
+            native = NativeTaskModel(args.steps, args.command)
+            answers = native.requests
+            stand_ins: list[Any] = [
+                anthropic.ScriptedAnthropic(native.messages, accept_bearer=False),
+                responses.ScriptedResponses(native.responses),
+            ]
+            urls = [stack.enter_context(serve_in_thread(stand_in.app())) for stand_in in stand_ins]
+            config_text = native_config(urls[0], urls[1], args.window)
+        else:
+            model = AgentTaskModel(args.steps, args.command)
+            answers = model.requests
+            provider = ScriptedProvider(model)
+            stand_ins = [provider]
+            config_text = proxy_config(stack.enter_context(serve_in_thread(provider.app())), args.window)
         config = data_dir / "config.yaml"
         data_dir.mkdir(parents=True, exist_ok=True)
-        config.write_text(proxy_config(provider_url, args.window))
+        config.write_text(config_text)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SCIENCE_AGENT_", "CONTEXT_PROXY_"))}
         env |= {"SCIENCE_AGENT_DATA_DIR": str(data_dir / "store"), "SCIENCE_AGENT_CONTEXT_TRACE": "1"}
         if args.context_window_tokens:
@@ -198,9 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             process.terminate()
             process.wait(timeout=30)
-            (data_dir / "provider.json").write_text(
-                json.dumps({"answers": model.requests, "requests": len(provider.history)}, indent=1) + "\n"
-            )
+            (data_dir / "provider.json").write_text(json.dumps(_provider_record(answers, stand_ins), indent=1) + "\n")
             log.close()
     return 0
 

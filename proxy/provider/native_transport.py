@@ -28,6 +28,7 @@ _ANTHROPIC_BASE = "https://api.anthropic.com"
 _OPENAI_BASE = "https://api.openai.com/v1"
 _ANTHROPIC_VERSION = "2023-06-01"
 _MAX_CONNECTIONS = 200
+_BODY_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding"})
 
 
 class NativeTransport:
@@ -137,6 +138,12 @@ class NativeTransport:
             )
         except Exception as raised:  # exception_type raises its answer rather than returning it
             mapped = raised
+        # litellm's mapped error carries the body as its message only; the translation reads the provider's own
+        # sentence, type, param and code from the answer itself, as it does for every other provider error.
+        # The text is already decoded: the answer is rebuilt without the headers that described its bytes.
+        kept = {k: v for k, v in headers.items() if k.lower() not in _BODY_HEADERS}
+        answer = httpx.Response(status, content=text.encode(), headers=kept, request=httpx.Request("POST", "/"))
+        mapped.__cause__ = _Refused(text, answer)
         return translate_provider_error(mapped, secrets=_secrets(route))
 
 
@@ -187,6 +194,14 @@ def _raise_if_error(event: Mapping[str, Any]) -> None:
     error: Mapping[str, Any] = inner if isinstance(inner, Mapping) else event
     message = str(error.get("message") or "The provider's stream reported an error.")
     raise translate_provider_error(_StreamError(message, dict(event)))
+
+
+class _Refused(Exception):
+    """The provider's refusal as it answered it, for the translation to read beside litellm's mapping."""
+
+    def __init__(self, text: str, response: httpx.Response) -> None:
+        super().__init__(text)
+        self.response = response
 
 
 class _StreamError(Exception):

@@ -45,6 +45,9 @@ KNOWN_PARAMETERS = frozenset(
         "background",
         "prompt",
         "context_management",
+        # Not in the SDK's types, but accepted: Codex sends it on every turn to api.openai.com as well
+        # (codex-rs/codex-api ``ResponsesApiRequest.client_metadata``; tests/data/agents/codex-0.171.0).
+        "client_metadata",
     }
 )
 ITEM_TYPES = frozenset(

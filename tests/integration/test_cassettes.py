@@ -97,15 +97,26 @@ MAIN_SECTIONS = ["identity", "governance", "run_contract", "capabilities", "skil
 # --- the recorder -------------------------------------------------------------------------------------
 
 
-def provider_recorder(proxy_url: str) -> vcr.VCR:
-    """A VCR that records only proxy-to-provider traffic; the client's calls to the proxy pass through."""
+def provider_recorder(proxy_url: str, headers: frozenset[str] = frozenset()) -> vcr.VCR:
+    """A VCR that records only proxy-to-provider traffic; the client's calls to the proxy pass through.
+
+    ``headers``: request headers (lower-case names, never credentials) kept beside the content type and
+    matched too, for the native passage, where the API's own headers (``anthropic-beta``) are part of
+    what the provider receives."""
+    kept = frozenset({"content-type"}) | headers
 
     def keep_provider_requests(request: VcrRequest) -> VcrRequest | None:
         if request.uri.startswith(proxy_url):
             return None
-        request.headers = {k: v for k, v in request.headers.items() if k.lower() == "content-type"}
+        request.headers = {k: v for k, v in request.headers.items() if k.lower() in kept}
         request.uri = "http://scripted-provider" + urlsplit(request.uri).path  # ports differ per run; paths match
         return request
+
+    def same_kept_headers(recorded: VcrRequest, sent: VcrRequest) -> None:
+        def named(request: VcrRequest) -> dict[str, Any]:
+            return {k.lower(): v for k, v in request.headers.items() if k.lower() in headers}
+
+        assert named(recorded) == named(sent), f"{named(recorded)} != {named(sent)}"
 
     def stable_response(response: dict[str, Any]) -> dict[str, Any]:
         # One spelling of the name: aiohttp (litellm's transport) keeps the server's "Content-Type",
@@ -117,20 +128,21 @@ def provider_recorder(proxy_url: str) -> vcr.VCR:
     recorder = vcr.VCR(
         cassette_library_dir=str(CASSETTES),
         record_mode="all" if RECORDING else "none",
-        match_on=["method", "path", "body"],
+        match_on=["method", "path", "body", "kept_headers"],
         filter_headers=["authorization"],
         before_record_request=keep_provider_requests,
         before_record_response=stable_response,
         decode_compressed_response=True,
     )
+    recorder.register_matcher("kept_headers", same_kept_headers)
     return recorder
 
 
-def use_cassette(proxy_url: str, name: str) -> Any:
+def use_cassette(proxy_url: str, name: str, headers: frozenset[str] = frozenset()) -> Any:
     """The named cassette; a re-record starts from an empty file so that it holds this run only."""
     if RECORDING:
         (CASSETTES / name).unlink(missing_ok=True)
-    return provider_recorder(proxy_url).use_cassette(name)
+    return provider_recorder(proxy_url, headers).use_cassette(name)
 
 
 @pytest.fixture
