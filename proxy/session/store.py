@@ -24,12 +24,12 @@ class StoreError(Exception):
 
 
 class SessionBusy(StoreError):
-    """The turn lock of a session's branch could not be had within the configured wait."""
+    """The turn lock of a session's branch (or the whole session's) could not be had within the configured wait."""
 
-    def __init__(self, context_id: str, waited_seconds: float) -> None:
-        super().__init__(
-            f"session {context_id!r} is busy with another turn on the same history (waited {waited_seconds:.1f}s)"
-        )
+    def __init__(
+        self, context_id: str, waited_seconds: float, holder: str = "another turn on the same history"
+    ) -> None:
+        super().__init__(f"session {context_id!r} is busy with {holder} (waited {waited_seconds:.1f}s)")
         self.context_id = context_id
         self.waited_seconds = waited_seconds
 
