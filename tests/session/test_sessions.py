@@ -154,6 +154,8 @@ async def test_sessions_lists_each_with_its_scope_and_messages_of_every_branch(s
 
 
 # --- deleting beside turns ------------------------------------------------------------------------
+# Each test notes what it saw while tasks run and asserts once they are done (in a TaskGroup, which
+# cancels them when the test fails), so a failure never leaves a lock held through the teardown.
 
 
 async def _deleter(backend: Backend, store: SessionStore, timeout: float) -> SessionStore:
@@ -181,17 +183,16 @@ async def test_a_delete_waits_for_a_running_turn_of_any_branch_and_takes_its_wri
         log.append("deleted")
         return deleted
 
-    turning = asyncio.create_task(turn())
-    while not log:
-        await asyncio.sleep(0.01)
-    deleting = asyncio.create_task(delete())
-    await asyncio.sleep(0.3)
-    assert not deleting.done(), "the delete ran beside a turn"
-    may_end.set()
-    await turning
+    async with asyncio.timeout(10), asyncio.TaskGroup() as tasks:
+        tasks.create_task(turn())
+        while not log:
+            await asyncio.sleep(0.01)
+        deleting = tasks.create_task(delete())
+        await asyncio.sleep(0.3)
+        may_end.set()
 
-    assert await deleting is True
-    assert log == ["turn started", "turn ended", "deleted"]
+    assert log == ["turn started", "turn ended", "deleted"], "the delete ran beside a turn"
+    assert deleting.result() is True
     assert set((await rows_of(store, "s")).values()) == {0}  # the turn's last write went with the session
 
 
@@ -205,12 +206,13 @@ async def test_a_delete_gives_up_with_session_busy_while_a_turn_runs(backend: Ba
         started = time.perf_counter()
         with pytest.raises(SessionBusy, match="busy with a running turn") as busy:
             await deleter.delete_session("s")
-        assert time.perf_counter() - started >= 0.25
-        assert busy.value.context_id == "s"
-        assert await rows_of(store, "s") == before
+        waited = time.perf_counter() - started
+        during = await rows_of(store, "s")
         # Another session is not held up by this one's turn.
-        assert await deleter.delete_session("other") is False
+        other = await deleter.delete_session("other")
 
+    assert waited >= 0.25 and busy.value.context_id == "s"
+    assert during == before and other is False
     assert await deleter.delete_session("s") is True
     assert await kept(store, "s", seeded) == NOTHING
 
@@ -241,24 +243,22 @@ async def test_a_turn_that_starts_during_a_delete_waits_for_it(backend: Backend)
     store = await backend.open(lock_timeout_seconds=5.0)
     deleter = await _deleter(backend, store, 5.0)
     await seed(store, "s")
-    log: list[str] = []
+    seen: list[dict[str, int]] = []
 
     async def turn() -> None:
         async with store.turn_lock("s", "some-branch"):
-            log.append("turn started")
-            # The turn sees the session deleted, never half of it.
-            assert set((await rows_of(store, "s")).values()) == {0}
+            seen.append(await rows_of(store, "s"))
 
-    async with _writes_blocked(store, "s"):
-        deleting = asyncio.create_task(deleter.delete_session("s"))
+    async with asyncio.timeout(10), asyncio.TaskGroup() as tasks, _writes_blocked(store, "s"):
+        deleting = tasks.create_task(deleter.delete_session("s"))
         await asyncio.sleep(0.2)  # the delete holds the session and waits for its write
-        turning = asyncio.create_task(turn())
+        tasks.create_task(turn())
         await asyncio.sleep(0.3)
-        assert log == [], "a turn started beside a delete"
-        assert not deleting.done()
-    assert await deleting is True
-    await turning
-    assert log == ["turn started"]
+        started_beside_the_delete = bool(seen)
+
+    assert not started_beside_the_delete
+    assert deleting.result() is True
+    assert len(seen) == 1 and set(seen[0].values()) == {0}  # the turn saw the session deleted, not half of it
 
 
 async def test_a_waiting_delete_does_not_keep_a_turn_from_its_sessions_other_lock(backend: Backend) -> None:
@@ -267,12 +267,17 @@ async def test_a_waiting_delete_does_not_keep_a_turn_from_its_sessions_other_loc
     deleter = await _deleter(backend, store, 3.0)
     await seed(store, "s")
 
-    async with store.turn_lock("s", "head-a"):
-        deleting = asyncio.create_task(deleter.delete_session("s"))
+    async with asyncio.timeout(10), asyncio.TaskGroup() as tasks, store.turn_lock("s", "head-a"):
+        deleting = tasks.create_task(deleter.delete_session("s"))
         await asyncio.sleep(0.2)
-        async with asyncio.timeout(1.0), store.turn_lock("s"):
-            assert not deleting.done()
-    assert await deleting is True
+        started = time.perf_counter()
+        async with store.turn_lock("s"):
+            waited = time.perf_counter() - started
+        deleted_beside_the_turn = deleting.done()
+
+    assert waited < 1.0
+    assert not deleted_beside_the_turn
+    assert deleting.result() is True
 
 
 async def test_a_cancelled_delete_leaves_no_lock_behind(backend: Backend) -> None:
