@@ -82,6 +82,9 @@ class AdvisoryTurnLocks:
             ):
                 yield
 
+    def _busy(self, context_id: str, holder: str | None) -> SessionBusy:
+        return SessionBusy(context_id, self.timeout_seconds, *((holder,) if holder else ()))
+
     def _gate_key(self, context_id: str) -> int:
         return lock_key("context-proxy-session-gate", self.schema, context_id)
 
@@ -95,7 +98,6 @@ class AdvisoryTurnLocks:
     ) -> AsyncIterator[None]:
         """Hold what ``take`` locks on a lock connection until the block ends; ``SessionBusy`` at the deadline."""
         loop = asyncio.get_running_loop()
-        busy = SessionBusy(context_id, self.timeout_seconds, *((holder,) if holder else ()))
         # Kept locally: close() may drop the attribute while a turn still holds a connection.
         pool = self._pool
         if pool is None:
@@ -104,7 +106,7 @@ class AdvisoryTurnLocks:
             conn = await pool.acquire(timeout=max(deadline - loop.time(), 0.001))
         except TimeoutError:
             # Every lock connection of this process is in use by other turns.
-            raise busy from None
+            raise self._busy(context_id, holder) from None
         except _DRIVER_ERRORS as exc:
             raise StoreError(f"postgres session store: {exc}") from exc
         try:
@@ -119,7 +121,7 @@ class AdvisoryTurnLocks:
             raise
         if not acquired:
             await _unlock(pool, conn)  # a turn may hold the gate's share without its branch
-            raise busy
+            raise self._busy(context_id, holder)
         try:
             yield
         finally:
