@@ -1,4 +1,4 @@
-"""``context-proxy serve | routes | replay | report | demo | examples`` (also ``python -m proxy``)."""
+"""``context-proxy serve | routes | sessions | replay | report | demo | examples`` (also ``python -m proxy``)."""
 
 from __future__ import annotations
 
@@ -37,6 +37,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     routes = commands.add_parser("routes", help="list the configured routes and the API each provider is spoken to in")
     routes.add_argument("--config", type=Path, help="litellm-proxy style YAML with a model_list")
+    sessions = commands.add_parser("sessions", help="list the stored sessions, or delete one")
+    actions = sessions.add_subparsers(dest="action", required=True)
+    listing = actions.add_parser("list", help="each session's context id, scope, message count and last update")
+    listing.add_argument("--config", type=Path, help="litellm-proxy style YAML with a model_list")
+    deleting = actions.add_parser(
+        "delete", help="delete a session from the store, with its trace folder and its recording folder"
+    )
+    deleting.add_argument("context_id", metavar="CONTEXT_ID", help="as `sessions list` prints it")
+    deleting.add_argument("--config", type=Path, help="litellm-proxy style YAML with a model_list")
     replay = commands.add_parser("replay", help="replay recorded sessions through this build and configuration")
     replay.add_argument("folders", type=Path, nargs="+", help="record folders (one per replica)")
     replay.add_argument("--config", type=Path, help="the configuration to replay with (YAML with a model_list)")
@@ -68,6 +77,11 @@ def main(argv: list[str] | None = None) -> int:
             return _serve(settings, args.host, args.port)
         if args.command == "routes":
             return _routes(Settings.from_env(config_path=args.config))
+        if args.command == "sessions":
+            from proxy.admin.sessions import delete_session, list_sessions
+
+            settings = Settings.from_env(config_path=args.config)
+            return list_sessions(settings) if args.action == "list" else delete_session(settings, args.context_id)
         if args.command == "replay":
             from proxy.replay.command import run_replay
 

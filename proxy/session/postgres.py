@@ -22,6 +22,7 @@ import asyncpg
 
 from proxy.kernel.canonical import HistoryEntry
 from proxy.session import postgres_calibration as calibrations
+from proxy.session import postgres_sessions as whole_sessions
 from proxy.session import reconcile as rc
 from proxy.session.postgres_lock import AdvisoryTurnLocks
 from proxy.session.postgres_schema import check_schema_name, migrate
@@ -30,6 +31,7 @@ from proxy.session.store import (
     BranchView,
     CalibrationUpdate,
     Reconciliation,
+    SessionSummary,
     SkillRef,
     StoreError,
     TurnStart,
@@ -335,6 +337,15 @@ class PostgresSessionStore:
             )
         )
         return [SkillRef(row["name"], row["revision"], row["chain_hash"]) for row in rows]
+
+    async def sessions(self) -> list[SessionSummary]:
+        """Every stored session, the most recently updated first."""
+        return await self._read(whole_sessions.summaries)
+
+    async def delete_session(self, context_id: str) -> bool:
+        """Delete the session in one transaction once no turn of it runs on any replica."""
+        async with self._turn_locks.hold_session(context_id):
+            return await self._write(lambda conn: whole_sessions.delete(conn, context_id))
 
     async def secret(self, name: str) -> bytes:
         """The secret ``name``, made on first use; replicas starting together agree on one."""

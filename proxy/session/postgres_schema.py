@@ -95,6 +95,21 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
 )
 
 
+# Every table with rows of one session, the session's own row last (the others refer to it): what
+# deleting a session deletes. A migration that adds such a table adds it here; the shared tables
+# (``proxy_secrets``, ``token_calibration``) are not a session's. The store tests check the schema
+# against this list.
+SESSION_TABLES = (
+    "messages",
+    "tool_outputs",
+    "internal_steps",
+    "checkpoints",
+    "state_channels",
+    "skill_refs",
+    "sessions",
+)
+
+
 def check_schema_name(schema: str) -> str:
     """The schema name, if it is a plain lowercase identifier (so it never needs quoting)."""
     if not _SCHEMA_NAME.fullmatch(schema):

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from proxy.kernel.canonical import HistoryEntry
 from proxy.session import reconcile as rc
 from proxy.session import sqlite_calibration as calibrations
+from proxy.session import sqlite_sessions as whole_sessions
 from proxy.session.locks import SessionLocks
 from proxy.session.sqlite_files import ProcessLock, private_database, private_folder
 from proxy.session.sqlite_schema import migrate
@@ -33,6 +34,7 @@ from proxy.session.store import (
     BranchView,
     CalibrationUpdate,
     Reconciliation,
+    SessionSummary,
     SkillRef,
     StoreError,
     TurnStart,
@@ -360,6 +362,15 @@ class SqliteSessionStore:
             ).fetchall()
         )
         return [SkillRef(name, revision, chash) for name, revision, chash in rows]
+
+    async def sessions(self) -> list[SessionSummary]:
+        """Every stored session, the most recently updated first."""
+        return await self._r().run(whole_sessions.summaries)
+
+    async def delete_session(self, context_id: str) -> bool:
+        """Delete the session in one transaction once no turn of it runs in this process (the only one)."""
+        async with self._locks.hold_session(context_id, self.lock_timeout_seconds):
+            return await self._w().write(lambda conn: whole_sessions.delete(conn, context_id))
 
     async def secret(self, name: str) -> bytes:
         """The secret ``name``, made on first use; a second process on the file reads the same one."""

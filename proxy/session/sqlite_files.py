@@ -32,6 +32,11 @@ SIDE_FILES = ("-wal", "-shm", "-journal")
 class DataFolderInUse(StoreError):
     """Another process has this SQLite store open; the message says what to do instead."""
 
+    def __init__(self, message: str, database: Path, holder: str) -> None:
+        super().__init__(message)
+        self.database = database
+        self.holder = holder  # who has it, as the message says: "another process (pid 123)"
+
 
 def private_folder(folder: Path) -> None:
     """Create ``folder`` 0700 if missing, else tighten it to 0700 when group or others have access."""
@@ -82,9 +87,9 @@ class ProcessLock:
             _tighten(self.path, FILE_MODE)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _read_pid(fd)
+            holder = _holder(_read_pid(fd))
             os.close(fd)
-            raise DataFolderInUse(self._in_use_message(holder)) from None
+            raise DataFolderInUse(self._in_use_message(holder), self.database, holder) from None
         except OSError as exc:
             os.close(fd)
             raise StoreError(f"sqlite session store: cannot lock {self.path}: {exc}") from exc
@@ -104,14 +109,17 @@ class ProcessLock:
             os.close(self._fd)
             self._fd = None
 
-    def _in_use_message(self, holder: int | None) -> str:
-        by = f"another process (pid {holder})" if holder is not None and holder != os.getpid() else "another store"
+    def _in_use_message(self, holder: str) -> str:
         return (
-            f"the SQLite session store {self.database} is in use by {by}: one process serves a SQLite data "
+            f"the SQLite session store {self.database} is in use by {holder}: one process serves a SQLite data "
             "folder, since turns are serialized in memory. Stop the other process, give this one its own "
             "SCIENCE_AGENT_DATA_DIR, or run several replicas on the PostgreSQL store "
             "(CONTEXT_PROXY_STORE_URL=postgresql://..., see docs/deployment.md)."
         )
+
+
+def _holder(pid: int | None) -> str:
+    return f"another process (pid {pid})" if pid is not None and pid != os.getpid() else "another store"
 
 
 def _read_pid(fd: int) -> int | None:

@@ -89,6 +89,21 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
 )
 
 
+# Every table with rows of one session, the session's own row last (the others refer to it): what
+# deleting a session deletes. A migration that adds such a table adds it here; the shared tables
+# (``proxy_secrets``, ``token_calibration``) are not a session's. The store tests check the schema
+# against this list.
+SESSION_TABLES = (
+    "messages",
+    "tool_outputs",
+    "internal_steps",
+    "checkpoints",
+    "state_channels",
+    "skill_refs",
+    "sessions",
+)
+
+
 def applied_versions(conn: sqlite3.Connection) -> list[int]:
     """The migration versions recorded in the database, ascending."""
     return [row[0] for row in conn.execute("SELECT version FROM schema_version ORDER BY version")]

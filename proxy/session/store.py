@@ -24,12 +24,12 @@ class StoreError(Exception):
 
 
 class SessionBusy(StoreError):
-    """The turn lock of a session's branch could not be had within the configured wait."""
+    """The turn lock of a session's branch (or the whole session's) could not be had within the configured wait."""
 
-    def __init__(self, context_id: str, waited_seconds: float) -> None:
-        super().__init__(
-            f"session {context_id!r} is busy with another turn on the same history (waited {waited_seconds:.1f}s)"
-        )
+    def __init__(
+        self, context_id: str, waited_seconds: float, holder: str = "another turn on the same history"
+    ) -> None:
+        super().__init__(f"session {context_id!r} is busy with {holder} (waited {waited_seconds:.1f}s)")
         self.context_id = context_id
         self.waited_seconds = waited_seconds
 
@@ -117,6 +117,16 @@ class SkillRef:
     chain_hash: str  # the tool-result message that carried the body
 
 
+@dataclass(frozen=True)
+class SessionSummary:
+    """One stored session, as ``SessionStore.sessions`` lists it."""
+
+    context_id: str
+    scope: str
+    messages: int  # stored messages of every branch
+    updated_at: str  # ISO 8601, when a request last reached the session
+
+
 def tool_output_ref(chain_hash: str) -> str:
     """The ``read_tool_output`` reference of the tool message stored under ``chain_hash``."""
     return f"to_{chain_hash[:16]}"
@@ -137,6 +147,7 @@ class SessionStore(Protocol):
 
         ``branch`` is the chain hash of the request's last message: requests with the same history
         share it and take turns, requests whose histories differ hold different locks and run at once.
+        While ``delete_session`` of the session runs, every branch waits.
         """
 
     async def reconcile(self, context_id: str, scope: str, messages: Sequence[Mapping[str, Any]]) -> Reconciliation:
@@ -205,6 +216,18 @@ class SessionStore(Protocol):
 
     async def skill_refs(self, context_id: str) -> list[SkillRef]:
         """The session's skill references, oldest first."""
+
+    async def sessions(self) -> list[SessionSummary]:
+        """Every stored session, the most recently updated first."""
+
+    async def delete_session(self, context_id: str) -> bool:
+        """Delete every row the session owns (messages, tool outputs, steps, checkpoints, state channels, skill
+        refs, the session itself) in one transaction; ``True`` when there was any.
+
+        Waits, up to the store's lock wait, until no turn of any branch of the session runs, and keeps new
+        ones out until it is done; ``SessionBusy`` when turns kept it waiting that long. The deployment's
+        shared rows (secrets, token calibration) stay.
+        """
 
     async def secret(self, name: str) -> bytes:
         """The deployment's secret ``name``: made once with ``secrets.token_bytes(SECRET_BYTES)`` by whichever

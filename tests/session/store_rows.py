@@ -51,3 +51,37 @@ async def session_info(store: SessionStore, context_id: str) -> SessionInfo | No
 async def stored_checkpoint(store: SessionStore, context_id: str, covers_hash: str) -> dict[str, Any] | None:
     """The checkpoint covering up to ``covers_hash``, or ``None``."""
     return dict((await store.branch_view(context_id, [], [])).checkpoints).get(covers_hash)
+
+
+async def tables_with_context_id(store: SessionStore) -> set[str]:
+    """The tables of the store's schema that have a ``context_id`` column."""
+    if isinstance(store, SqliteSessionStore):
+        rows = await store._r().run(
+            lambda conn: conn.execute(
+                "SELECT m.name FROM sqlite_master AS m, pragma_table_info(m.name) AS c"
+                " WHERE m.type = 'table' AND c.name = 'context_id'"
+            ).fetchall()
+        )
+        return {row[0] for row in rows}
+    assert isinstance(store, PostgresSessionStore), type(store)
+    found = await store._read(
+        lambda conn: conn.fetch(
+            "SELECT table_name FROM information_schema.columns WHERE table_schema = $1 AND column_name = 'context_id'",
+            store.schema,
+        )
+    )
+    return {row["table_name"] for row in found}
+
+
+async def rows_of(store: SessionStore, context_id: str) -> dict[str, int]:
+    """How many rows each table with a ``context_id`` column holds for the session."""
+    counts: dict[str, int] = {}
+    for table in sorted(await tables_with_context_id(store)):
+        query = f"SELECT count(*) FROM {table} WHERE context_id = "
+        if isinstance(store, SqliteSessionStore):
+            row = await store._r().run(lambda conn, q=query: conn.execute(q + "?", (context_id,)).fetchone())
+            counts[table] = int(row[0])
+        else:
+            assert isinstance(store, PostgresSessionStore), type(store)
+            counts[table] = int(await store._read(lambda conn, q=query: conn.fetchval(q + "$1", context_id)))
+    return counts

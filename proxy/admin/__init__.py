@@ -1,0 +1,1 @@
+"""Operator commands on what the proxy keeps: ``context-proxy sessions list | delete``."""
