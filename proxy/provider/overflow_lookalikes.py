@@ -52,7 +52,10 @@ LOOKALIKES: tuple[Lookalike, ...] = (
         # TGI "Input validation error: `max_new_tokens` must be <= N" (not "`inputs` tokens + `max_new_tokens`")
         r"|error: `max_new_tokens` must be <="
         # Volcengine Ark "The parameter `max_completion_tokens` specified in the request are not valid"
-        r"|parameter `max_(?:completion_)?tokens` specified in the request",
+        r"|parameter `max_(?:completion_)?tokens` specified in the request"
+        # Anthropic's extended thinking "`max_tokens` must be greater than `thinking.budget_tokens`" (its
+        # documentation link ends "#max-tokens-and-context-window-size", which litellm reads as an overflow)
+        r"|must be greater than `?thinking\.budget_tokens",
     ),
     # The length of a name or the count of an array, not of the context: OpenAI's "Invalid
     # 'tools[0].function.name': string too long", "Invalid 'tools': array too long", Anthropic's "String

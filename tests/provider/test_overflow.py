@@ -178,6 +178,11 @@ def test_general_rules_need_the_input_to_be_what_is_too_much(text: str) -> None:
         ("max_completion_tokens is too large: 300000. The input is small.", "output_cap"),
         ("Invalid 'tools[2].function.name': the tool name exceeds 64 characters", "parameter_length"),
         ("Request payload of 9000000 bytes exceeds the 4 MB maximum for the input", "request_size"),
+        (  # Anthropic's thinking budget rule; its documentation link names the context window
+            "`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation at "
+            "https://docs.claude.com/en/docs/build-with-claude/extended-thinking#max-tokens-and-context-window-size",
+            "output_cap",
+        ),
     ],
 )
 def test_lookalikes_that_share_the_words_are_refused_and_named(text: str, reason: str) -> None:
