@@ -83,9 +83,6 @@ class AssemblyInput:
     nonce: str  # the session's framing nonce, on every hidden message and checkpoint (``nonce.py``)
     metadata: Mapping[str, Any] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)
-    # Offered too, but only once references are in play (compaction left a preview or a checkpoint):
-    # read_tool_output is useless before, and offering it early changes the tool list for nothing.
-    reference_tools: Sequence[Mapping[str, Any]] = ()
     reader: str = READ_TOOL_OUTPUT  # the name the tool-output reader is offered under; previews name it
     state: Mapping[str, Any] = field(default_factory=dict)
     checkpoints: Sequence[Checkpoint] = ()
@@ -277,7 +274,6 @@ class ContextPipeline:
         leading = [r.message for r in instructions]
         tools = list(inp.tools)
         stage = await self._pass(registry, inp, leading, history, tools, estimator, progress)
-        # Compaction plans as if the reference tools were offered: they may be, once it is done.
         compaction = await self._compactor.compact(
             kept,
             nonce=inp.nonce,
@@ -285,7 +281,7 @@ class ContextPipeline:
             limit=inp.limit,
             estimator=estimator,
             summarizer=summarizer,
-            fixed_tokens=stage.fixed_tokens([*tools, *inp.reference_tools], estimator, inp.nonce),
+            fixed_tokens=stage.fixed_tokens(tools, estimator, inp.nonce),
             checkpoints=inp.checkpoints,
             previewed_refs=inp.previewed_refs,
             forced=inp.forced,
@@ -293,15 +289,13 @@ class ContextPipeline:
             output_reserve=inp.output_reserve,
             window=inp.window,
         )
-        if inp.reference_tools and (compaction.previewed_refs or compaction.checkpoint is not None):
-            tools += inp.reference_tools
         window_history, checkpoint_message = compaction.history_and_checkpoint
         # Plan progress and skill visibility are judged against what the model will actually see: the
-        # pass runs again while that changes (compaction rewrote the history or added the reader, the
-        # window dropped what compaction could not), at most _MAX_PASSES times in all.
+        # pass runs again while that changes (compaction rewrote the history, the window dropped what
+        # compaction could not), at most _MAX_PASSES times in all.
         passes, visible = 1, history
         upcoming = list(compaction.messages)
-        changed = upcoming != history or len(tools) != len(inp.tools)
+        changed = upcoming != history
         windows: dict[int, WindowResult] = {}  # by the limit: a pass that leaves it as it was windows alike
         while True:
             if changed:

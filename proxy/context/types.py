@@ -335,9 +335,11 @@ class ProxyTool(Protocol):
     """A tool the proxy offers the model beside the client's, runs itself, and never shows the client.
 
     ``schema`` is the OpenAI tool object (``{"type": "function", "function": {"name", ...}}``);
-    ``needs_references`` tools are offered only once compaction left a preview or a checkpoint. A client
-    tool of the same name wins: the proxy's is then not offered. ``run`` gets the raw JSON arguments and
-    returns the result text; a failure is a text starting ``Error:`` the model can read.
+    ``needs_references`` tools are offered only in sessions that work with tools (the client declares tools,
+    or its history has a tool result), from their first call on: never added by a compaction, which would
+    change the tool list (the head of the provider's cached prefix) mid-session. A client tool of the same
+    name wins: the proxy's is then not offered. ``run`` gets the raw JSON arguments and returns the result
+    text; a failure is a text starting ``Error:`` the model can read.
     """
 
     @property

@@ -1,7 +1,7 @@
 """What a turn answers, and the lock that answer may outlive the turn with.
 
-An answer is one of three kinds (``Answer``): a whole completion, a stream read to its end before it
-is relayed (proxy tools were offered: it may be a proxy call), or a live stream relayed as it comes.
+An answer is one of two kinds (``Answer``): a whole completion, or a live stream relayed as it comes
+(round by round when the model calls the proxy's own tools: ``proxy/runtime/rounds.py``).
 ``TurnService.run`` (``proxy/runtime/service.py``) releases the branch's ``TurnLock`` when the turn
 returns, unless the answer took it over (``outlive``): a live stream owns the lock and releases it
 when it ends, fails or is closed.
@@ -16,7 +16,6 @@ from types import TracebackType
 from typing import Any
 
 from proxy.kernel.errors import SessionConflict
-from proxy.provider.chunks import accumulate
 from proxy.runtime.session_identity import SessionIdentity
 from proxy.session.store import SessionBusy
 
@@ -38,30 +37,6 @@ class Completion:
 
     def outlive(self, lock: TurnLock) -> None:
         """Nothing to hold: the answer is complete when the turn returns."""
-
-
-class BufferedStream(AsyncIterator[dict[str, Any]]):
-    """A stream read to its end before it is relayed; replayed chunk by chunk to the client. For a native
-    call the chunks are the provider's own events and ``message`` is their chat view."""
-
-    def __init__(self, chunks: list[dict[str, Any]], message: dict[str, Any] | None = None) -> None:
-        self.chunks = chunks
-        self._message = message
-        self._next = 0
-
-    @property
-    def message(self) -> dict[str, Any]:
-        """The assistant message the chunks add up to."""
-        return dict(self._message) if self._message is not None else accumulate(self.chunks)
-
-    def outlive(self, lock: TurnLock) -> None:
-        """Nothing to hold: the provider's stream was read to its end before the turn returned."""
-
-    async def __anext__(self) -> dict[str, Any]:
-        if self._next >= len(self.chunks):
-            raise StopAsyncIteration
-        self._next += 1
-        return self.chunks[self._next - 1]
 
 
 class LiveStream(AsyncIterator[dict[str, Any]]):
@@ -96,12 +71,12 @@ class LiveStream(AsyncIterator[dict[str, Any]]):
                 await release()
 
 
-Answer = Completion | BufferedStream | LiveStream
+Answer = Completion | LiveStream
 
 
 @dataclass
 class TurnResult:
-    """A turn's answer (one of the three kinds) with the context headers.
+    """A turn's answer (one of the two kinds) with the context headers.
 
     ``working`` is what the turn worked with (its request: the decoded history, the turn's memos), kept
     for the caller to drop once the answer is sent: freeing a long history's objects takes milliseconds,

@@ -179,11 +179,3 @@ def local_count(estimator: TokenEstimator, llm_input: Mapping[str, Any]) -> int:
     total = sum(counts_of(estimator, [m for m in messages if type(m) is dict or isinstance(m, Mapping)]))
     tools = llm_input.get("tools") or []
     return total + estimator.count_tools([t for t in tools if isinstance(t, Mapping)])
-
-
-def usage_of(chunks: list[dict[str, Any]]) -> Any:
-    """The ``usage`` a chunk stream reported (its last one), or ``None``."""
-    for chunk in reversed(chunks):
-        if chunk.get("usage") is not None:
-            return chunk["usage"]
-    return None

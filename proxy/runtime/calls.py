@@ -25,11 +25,10 @@ from proxy.kernel.route_api import provider_of
 from proxy.kernel.usage import PriceLookup, ProviderUsage, no_prices
 from proxy.provider import call_tag
 from proxy.provider.base import ProviderBackend
-from proxy.provider.chunks import synthesize
-from proxy.runtime.answers import Answer, BufferedStream, Completion, LiveStream
+from proxy.runtime.answers import Answer, Completion, LiveStream
 from proxy.runtime.anthropic_marks import marked_for_anthropic
 from proxy.runtime.assembly import Assembler, Candidate, TurnRequest
-from proxy.runtime.calibration import TokenCalibrator, usage_of
+from proxy.runtime.calibration import TokenCalibrator
 from proxy.runtime.native import NativeCodec, NativeRequest
 from proxy.runtime.observers import CallObserver
 from proxy.runtime.trace import TraceWriter
@@ -47,8 +46,8 @@ class Reply:
     visible_history: tuple[dict[str, Any], ...] = ()  # what the model saw when it made these calls
 
     def proxy_calls(self) -> list[dict[str, Any]]:
-        """The calls of proxy-owned tools in this answer (none for a live stream: nothing was offered)."""
-        if isinstance(self.answer, LiveStream) or not self.proxy_tools:
+        """The calls of proxy-owned tools in a whole answer (a live stream's are its relay's: ``rounds.py``)."""
+        if not isinstance(self.answer, Completion) or not self.proxy_tools:
             return []
         calls = self.answer.message.get("tool_calls") or []
         return [c for c in calls if c["function"]["name"] in self.proxy_tools]
@@ -136,12 +135,7 @@ class ModelCalls:
                 record.usage = response.get("usage")
                 await self.calibrator.observe(request.route, llm_input, record.usage, _counter(request))
                 answer = Completion(response)
-            elif proxy_tools:
-                buffered = [chunk async for chunk in await self.backend.stream(llm_input)]
-                record.usage = usage_of(buffered)
-                await self.calibrator.observe(request.route, llm_input, record.usage, _counter(request))
-                answer = BufferedStream([kept for c in buffered if (kept := _client_chunk(c, strip_usage)) is not None])
-            else:
+            else:  # relayed as it comes; with proxy tools offered, round by round (``rounds.py``)
                 chunks = await self.backend.stream(llm_input)
                 answer, live = LiveStream(self._finish_stream(chunks, record, strip_usage)), True
             return Reply(answer, proxy_tools, visible)
@@ -202,14 +196,6 @@ class ModelCalls:
                 record.usage = chat.get("usage")
                 await self.calibrator.observe(request.route, counted, record.usage, _counter(request))
                 answer = Completion(chat, native=response)
-            elif proxy_tools:
-                events = [
-                    event async for event in await self.backend.stream_native(native.api, body, native.headers, route)
-                ]
-                chat = codec.chat_view(codec.response_of(events))
-                record.usage = chat.get("usage")
-                await self.calibrator.observe(request.route, counted, record.usage, _counter(request))
-                answer = BufferedStream(events, message=chat["choices"][0]["message"])
             else:
                 events_in = await self.backend.stream_native(native.api, body, native.headers, route)
                 relay = self._finish_native_stream(events_in, record, codec, counted)
@@ -366,12 +352,14 @@ def _client_chunk(chunk: dict[str, Any], strip_usage: bool) -> dict[str, Any] | 
     return {key: value for key, value in chunk.items() if key != "usage"}
 
 
-def without_proxy_calls(reply: Reply, rounds: int, native: NativeRequest | None = None) -> Answer:
-    """The answer with its proxy-owned calls removed: the client must never see a tool it does not know."""
+def without_proxy_calls(reply: Reply, rounds: int, native: NativeRequest | None = None) -> Completion:
+    """A whole answer with its proxy-owned calls removed: the client must never see a tool it does not know
+    (a live stream's are held back by its relay, ``rounds.py``)."""
     answer = reply.answer
-    assert not isinstance(answer, LiveStream)  # a live stream offered no proxy tool, so it has no such call
+    assert isinstance(answer, Completion)  # a stream's proxy calls never reach this far
     if native is not None:
-        return _native_without_proxy_calls(answer, reply.proxy_tools, native.codec)
+        kept_native = native.codec.without_tools(answer.native or {}, reply.proxy_tools)
+        return Completion(native.codec.chat_view(kept_native), native=kept_native)
     message = answer.message
     kept = [c for c in message.get("tool_calls") or [] if c["function"]["name"] not in reply.proxy_tools]
     message.pop("tool_calls", None)
@@ -379,28 +367,12 @@ def without_proxy_calls(reply: Reply, rounds: int, native: NativeRequest | None 
         message["tool_calls"] = kept
     elif not message.get("content"):
         message["content"] = f"[context-proxy: the model was still calling proxy-owned tools after {rounds} rounds]"
-    if isinstance(answer, Completion):
-        response = copy.deepcopy(answer.response)
-        response["choices"][0]["message"] = {**response["choices"][0]["message"], **message}
-        if not kept:
-            response["choices"][0]["message"].pop("tool_calls", None)
-        response["choices"][0]["finish_reason"] = "tool_calls" if kept else "stop"
-        return Completion(response)
-    return BufferedStream(synthesize(answer.chunks, message))
-
-
-def _native_without_proxy_calls(
-    answer: Completion | BufferedStream, names: frozenset[str], codec: NativeCodec
-) -> Answer:
-    """A native answer without its proxy-owned calls: the provider's answer as the codec removes them."""
-    response = answer.native if isinstance(answer, Completion) and answer.native is not None else None
-    if response is None and isinstance(answer, BufferedStream):
-        response = codec.response_of(answer.chunks)
-    kept = codec.without_tools(response or {}, names)
-    chat = codec.chat_view(kept)
-    if isinstance(answer, Completion):
-        return Completion(chat, native=kept)
-    return BufferedStream(codec.events_of(kept), message=chat["choices"][0]["message"])
+    response = copy.deepcopy(answer.response)
+    response["choices"][0]["message"] = {**response["choices"][0]["message"], **message}
+    if not kept:
+        response["choices"][0]["message"].pop("tool_calls", None)
+    response["choices"][0]["finish_reason"] = "tool_calls" if kept else "stop"
+    return Completion(response)
 
 
 def _chat_form(body: Mapping[str, Any], sent: Candidate | None) -> dict[str, Any]:

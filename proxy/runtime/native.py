@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from proxy.kernel.route_api import Api
+from proxy.runtime.rounds import RoundRelay
 
 
 class NativeCodec(Protocol):
@@ -43,10 +44,13 @@ class NativeCodec(Protocol):
         """A stream's events added up to the answer they make."""
 
     def events_of(self, response: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """An answer as the events of a stream (a buffered answer the proxy changed is replayed so)."""
+        """An answer as the events of a stream (what a stream's relay writes of its own)."""
 
     def without_tools(self, response: Mapping[str, Any], names: frozenset[str]) -> dict[str, Any]:
         """The answer without its calls of the tools ``names`` (proxy-owned tools past the round limit)."""
+
+    def round_relay(self, proxy_tools: frozenset[str]) -> RoundRelay:
+        """The relay of a stream's rounds in this API's events (``proxy/runtime/rounds.py``)."""
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,8 @@ class _SessionOutputs:
 
 @dataclass(frozen=True)
 class ReadToolOutput:
-    """``read_tool_output``: offered once compaction previewed an output or wrote a checkpoint."""
+    """``read_tool_output``: offered in every session that works with tools, from its first call (see
+    ``ProxyToolbox.offered``), so the tool list does not change when compaction first leaves a preview."""
 
     store: SessionStore
     name: str = READ_TOOL_OUTPUT
@@ -53,8 +54,8 @@ class ReadToolOutput:
     needs_references: bool = True
 
     def offered(self, context: ToolContext) -> bool:
-        """Offered (once references are in play) when the history has a tool output to read back."""
-        return any(message.get("role") == "tool" for message in context.history)
+        """Always: the toolbox offers it where the session works with tools (``needs_references``)."""
+        return True
 
     async def run(self, context: ToolContext, arguments: str) -> str:
         """The stored body, or the part of it asked for."""
@@ -134,8 +135,15 @@ class ProxyToolbox:
         return names
 
     def offered(self, context: ToolContext) -> list[ProxyTool]:
-        """The proxy tools to offer for this call, under their session names, in a stable order."""
-        return [tool for tool in self.session_tools(context.client_tools).values() if tool.offered(context)]
+        """The proxy tools to offer for this call, under their session names, in a stable order. A tool that
+        reads references back is offered only where there can be references: in a session that works with
+        tools, from its first call on (its tool list then stays what it was when compaction begins)."""
+        with_tools = _works_with_tools(context)
+        return [
+            tool
+            for tool in self.session_tools(context.client_tools).values()
+            if tool.offered(context) and (with_tools or not tool.needs_references)
+        ]
 
     async def run(self, context: ToolContext, call: Mapping[str, Any]) -> str:
         """Run one tool call of the model (by its session name); every failure is a result text the model
@@ -146,6 +154,11 @@ class ProxyToolbox:
             return f"error: {function.get('name')!r} is not a proxy-owned tool"
         arguments = function.get("arguments")
         return await tool.run(context, arguments if isinstance(arguments, str) else "{}")
+
+
+def _works_with_tools(context: ToolContext) -> bool:
+    """Whether the session can have tool outputs: the client declares tools, or its history has a result."""
+    return bool(context.client_tools) or any(message.get("role") == "tool" for message in context.history)
 
 
 def _free_name(base: str, taken: set[str]) -> str:

@@ -7,14 +7,14 @@ The turn lock of the request's branch (its history's head, see ``proxy/runtime/b
 until the answer is complete, for a stream until its last chunk, so two requests with the same
 history never interleave their store updates, while runs that only open alike proceed in parallel.
 
-The answer's three kinds and the ``TurnLock`` a live stream takes over live in
+The answer's two kinds and the ``TurnLock`` a live stream takes over live in
 ``proxy/runtime/answers.py``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -42,6 +42,7 @@ from proxy.runtime.remote_compaction import (
     summary_tokens,
     write_checkpoint,
 )
+from proxy.runtime.rounds import ChatRoundRelay
 from proxy.runtime.session_identity import SessionIdentity
 from proxy.runtime.trace import TraceWriter
 from proxy.runtime.trace_record import CallRecord
@@ -62,8 +63,12 @@ class ProxyStepRunner(Protocol):
         """Run ``calls`` (made in ``message`` by a model that saw ``visible``); store the step after the
         request's last message."""
 
-    async def link_proxy_steps(self, request: TurnRequest, answer: dict[str, Any] | None) -> None:
-        """Attach the request's steps to the branch continuing with ``answer`` (``None``: relayed live)."""
+    async def link_proxy_steps(
+        self, request: TurnRequest, answer: dict[str, Any], stands_for: dict[str, Any] | None = None
+    ) -> None:
+        """Attach the request's steps to the branch continuing with ``answer`` (the message the client got).
+        ``stands_for``: what the provider wrote last, when the client's message differs (a live stream's
+        rounds relayed as one answer): the model sees that in its place."""
 
 
 class TurnService:
@@ -267,37 +272,83 @@ class TurnService:
         while True:
             call_tag.begin_round(rounds)  # record and replay: which call this is (proxy/provider/call_tag.py)
             reply = await self._call(request)
-            answer, calls = reply.answer, reply.proxy_calls()
+            answer = reply.answer
+            if isinstance(answer, LiveStream):
+                if reply.proxy_tools and self.steps is not None:
+                    return LiveStream(self._live_rounds(request, reply))
+                return answer
+            calls = reply.proxy_calls()
             offered = self.steps is not None  # proxy tools are only offered by an assembler that also runs them
-            if calls and offered and rounds < self.settings.max_tool_rounds and not isinstance(answer, LiveStream):
-                assert self.steps is not None  # ``offered``; here for the type checker
+            if calls and offered and rounds < self.settings.max_tool_rounds:
                 rounds += 1
-                await self.steps.run_proxy_step(request, answer.message, calls, reply.visible_history)
-                self.observer.proxy_tool_calls(request, [call["function"]["name"] for call in calls])
-                # Each proxy-owned round is a model call of its own: its own turn number and trace file.
-                request = replace(
-                    request,
-                    turn=await self.store.next_turn(request.identity.context_id),
-                    branch=await self._next_branch_turn(request),
-                    round=rounds,
-                    view=None,  # the round wrote to the store: the assembler reads it again
-                )
+                request = await self._proxy_round(request, answer.message, calls, reply.visible_history, rounds)
                 continue
             if calls:  # past the round limit: the client must never see a tool it does not know
                 answer = without_proxy_calls(reply, rounds if offered else 1, request.native)
             if rounds:
                 # The steps taken for this answer become part of the branch that continues with it.
-                await self._link_steps(request, answer)
+                assert self.steps is not None  # rounds were run; here for the type checker
+                await self.steps.link_proxy_steps(request, answer.message)
             return answer
 
-    async def _link_steps(self, request: TurnRequest, answer: Answer) -> None:
-        assert self.steps is not None  # checked by the caller; here for the type checker
+    async def _proxy_round(
+        self,
+        request: TurnRequest,
+        message: dict[str, Any],
+        calls: list[dict[str, Any]],
+        visible: tuple[dict[str, Any], ...],
+        rounds: int,
+    ) -> TurnRequest:
+        """Run the model's proxy-owned calls and name the request of the round that follows."""
+        assert self.steps is not None  # only called where proxy tools were offered
+        await self.steps.run_proxy_step(request, message, calls, visible)
+        self.observer.proxy_tool_calls(request, [call["function"]["name"] for call in calls])
+        # Each proxy-owned round is a model call of its own: its own turn number and trace file.
+        return replace(
+            request,
+            turn=await self.store.next_turn(request.identity.context_id),
+            branch=await self._next_branch_turn(request),
+            round=rounds,
+            view=None,  # the round wrote to the store: the assembler reads it again
+        )
+
+    async def _live_rounds(self, request: TurnRequest, reply: Reply) -> AsyncIterator[dict[str, Any]]:
+        """A stream that stays live while the proxy runs its own tools: each round relayed as it comes, one
+        answer to the client (``proxy/runtime/rounds.py``). The steps are linked once the client has it all."""
+        assert self.steps is not None  # only called where proxy tools were offered
+        names = reply.proxy_tools
+        relay = request.native.codec.round_relay(names) if request.native is not None else ChatRoundRelay(names)
+        stream = reply.answer
+        assert isinstance(stream, LiveStream)  # checked by the caller; here for the type checker
+        rounds, dropped = 0, frozenset[str]()
         try:
-            await self.steps.link_proxy_steps(request, None if isinstance(answer, LiveStream) else answer.message)
-        except BaseException:
-            if isinstance(answer, LiveStream):
-                await answer.aclose()  # not handed to anyone: close the provider call and write its trace
-            raise
+            while True:
+                async for event in stream:
+                    for out in relay.feed(event):
+                        yield out
+                message = relay.round_message()
+                calls = [c for c in message.get("tool_calls") or [] if c["function"]["name"] in names]
+                if not calls:
+                    break
+                if relay.client_called or rounds >= self.settings.max_tool_rounds:
+                    # A client call already went out (never taken back), or the round limit: the proxy's
+                    # calls are left out of the answer.
+                    dropped = names
+                    break
+                rounds += 1
+                request = await self._proxy_round(request, message, calls, reply.visible_history, rounds)
+                for out in relay.next_round():
+                    yield out
+                call_tag.begin_round(rounds)
+                reply = await self._call(request)
+                assert isinstance(reply.answer, LiveStream)  # the request streams: every round does
+                stream = reply.answer
+            for out in relay.close(dropped):
+                yield out
+        finally:
+            await stream.aclose()
+        if rounds:
+            await self.steps.link_proxy_steps(request, relay.client_message(), relay.last_message())
 
     async def _next_branch_turn(self, request: TurnRequest) -> BranchTurn | None:
         if request.branch is None:

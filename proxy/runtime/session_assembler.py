@@ -7,7 +7,8 @@ request finds them through the answer they led to: when the request ends, the br
 chain hash of (its head, the answer the client got) links its head to its steps. Two identical
 requests (two pass@k runs' first turns) therefore never replay each other's steps, unless the model
 also answered both identically, when the two runs are the same history from then on. An answer
-relayed live cannot be hashed before the client has it; its steps are linked at the head instead.
+relayed live (``proxy/runtime/rounds.py``) is linked once the client has it all; the client holds every
+round's text in one message, so the provider's own last round stands in its place for the model.
 
 What the pipeline decided (which bodies are previewed, when summarizing may be tried again, where
 proxy steps were taken) is branch state: written at the request's head and read from the nearest
@@ -38,13 +39,14 @@ from proxy.session.store import BranchView, SessionStore, tool_output_ref
 
 PREVIEWED_REFS = "compaction.previewed_refs"
 INTERNAL_ANCHORS = "internal_steps.anchors"  # {chain hash a step followed: its steps' key}
+INTERNAL_ANSWERS = "internal_steps.answers"  # {chain hash of a client's answer: the provider's last round}
 SUMMARY_RETRY_AFTER = "compaction.summary_retry_after"
 # After a summarization fails (the model errs or writes an unusable checkpoint), the deterministic
 # trimming stands and summarizing is not tried again until the history has grown this much
 # (SCIENCE_AGENT_SUMMARY_RETRY_AFTER_MESSAGES): otherwise every later turn would pay for the same failing model call.
 # What ``assemble`` reads of the branch state. Values earlier releases kept session-wide (chain hash "")
 # are read as the root of every chain (the store's ``branch_view``).
-_CHANNELS = (PREVIEWED_REFS, SUMMARY_RETRY_AFTER, INTERNAL_ANCHORS)
+_CHANNELS = (PREVIEWED_REFS, SUMMARY_RETRY_AFTER, INTERNAL_ANCHORS, INTERNAL_ANSWERS)
 # The result a client's call gets when it came in one answer with proxy-owned calls (a reasoning answer).
 NOT_RUN = "Not run: the proxy ran your other calls in this answer first. Call {name} again if you still need it."
 
@@ -86,8 +88,7 @@ class SessionAssembler:
         proxy_tools = self._toolbox.offered(context)
         withheld = self._toolbox.withheld(context)
         tools = [dict(tool) for tool in context.client_tools if tool_name(tool) not in withheld]
-        tools += [dict(tool.schema) for tool in proxy_tools if not tool.needs_references]
-        reference_tools = [dict(tool.schema) for tool in proxy_tools if tool.needs_references]
+        tools += [dict(tool.schema) for tool in proxy_tools]
         checkpoints, unreadable = _readable_checkpoints(view.checkpoints)
         previewed = view.value(PREVIEWED_REFS) or []
         limits = request.limits
@@ -102,7 +103,6 @@ class SessionAssembler:
                 turn=request.turn,
                 history=history,
                 tools=tools,
-                reference_tools=reference_tools,
                 reader=self._toolbox.session_name(READ_TOOL_OUTPUT, context.client_tools) or READ_TOOL_OUTPUT,
                 limit=limits.effective_input_tokens,
                 nonce=session_nonce(self._framing_secret, context_id),
@@ -212,9 +212,12 @@ class SessionAssembler:
                 HistoryEntry(m, h, tool_output_ref(h) if m.get("role") == "tool" else None)
                 for m, h in zip(messages, hashes, strict=True)
             ]
+        answers = _mapping(view.value(INTERNAL_ANSWERS))
         items: list[HistoryEntry] = []
         for message, prefix in zip(messages, hashes, strict=True):
             ref = tool_output_ref(prefix) if message.get("role") == "tool" else None
+            if prefix in answers:  # a live stream's rounds the client has as one answer: the provider's own
+                message = answers[prefix]
             items.append(HistoryEntry(message, prefix, ref))
             if prefix not in anchors and prefix != head:
                 continue  # nearly every message: no proxy step follows it
@@ -232,13 +235,22 @@ class SessionAssembler:
         """Store a proxy-owned tool step of this request, after its last message, where its next rounds see it."""
         await self._store.put_internal_steps(request.identity.context_id, _own_steps_key(request), messages)
 
-    async def link_proxy_steps(self, request: TurnRequest, answer: dict[str, Any] | None) -> None:
+    async def link_proxy_steps(
+        self, request: TurnRequest, answer: dict[str, Any], stands_for: dict[str, Any] | None = None
+    ) -> None:
         """Make this request's proxy steps part of the branch that continues with ``answer`` (the message the
-        client got); ``None`` for an answer relayed live, whose steps are linked at the request's head."""
-        anchors = _anchors(await self._view(request))
+        client got). ``stands_for``: the provider's last message, when the client got another one (a live
+        stream's rounds relayed as one answer, ``proxy/runtime/rounds.py``): the model sees its own last
+        round there, after its steps, rather than every round's text again."""
+        view = await self._view(request)
+        anchors = _anchors(view)
         anchors[_head(request)] = _own_steps_key(request)
-        at = _head(request) if answer is None else chain_hash(_head(request), answer)
+        at = chain_hash(_head(request), answer)
         await self._store.put_state(request.identity.context_id, at, INTERNAL_ANCHORS, anchors)
+        if stands_for is not None and stands_for != answer:
+            answers = dict(_mapping(view.value(INTERNAL_ANSWERS)))
+            answers[at] = stands_for
+            await self._store.put_state(request.identity.context_id, at, INTERNAL_ANSWERS, answers)
 
     async def _view(self, request: TurnRequest) -> BranchView:
         """The branch state as of this request's chain: read with the turn, else (a later round or attempt,

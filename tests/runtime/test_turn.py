@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from proxy.context import estimators
 from proxy.kernel.config import ModelRoute, Settings
 from proxy.kernel.errors import ContextOverflow, SessionConflict
 from proxy.provider.function import FunctionBackend, Handler, completion, tool_call
-from proxy.runtime.answers import BufferedStream, Completion, LiveStream, TurnResult
+from proxy.runtime.answers import Completion, LiveStream, TurnResult
 from proxy.runtime.service import TurnService
 from proxy.runtime.session_identity import SessionIdentity
 from proxy.session.sqlite import SqliteSessionStore
@@ -46,14 +45,6 @@ def body(stream: bool = False, tools: tuple[dict[str, Any], ...] = (MEASURE, LIM
         "tools": list(tools),
         "stream": stream,
     }
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteSessionStore]:
-    opened = SqliteSessionStore(tmp_path / "store.db", lock_timeout_seconds=0.2)
-    await opened.open()
-    yield opened
-    await opened.close()
 
 
 def runner_for(
@@ -210,16 +201,17 @@ async def test_a_live_stream_holds_the_lock_until_the_client_drops_it(
     await read_one_and_drop(again)
 
 
-async def test_a_buffered_stream_is_read_whole_when_proxy_tools_are_offered(
-    tmp_path: Path, store: SqliteSessionStore
-) -> None:
+async def test_a_stream_stays_live_when_proxy_tools_are_offered(tmp_path: Path, store: SqliteSessionStore) -> None:
     runner, backend = runner_for(tmp_path, store, lambda _: completion({"content": "done"}))
-    result = await runner.run(body(stream=True), IDENTITY, ROUTE)
-    assert isinstance(result.answer, BufferedStream)
-    assert backend.streams_closed == 1  # read to its end before the turn returned
-    chunks = [chunk async for chunk in result.answer]
+    result = await runner.run(body(stream=True), IDENTITY, ROUTE)  # a deferred tool: find_tools is offered
+    assert isinstance(result.answer, LiveStream)
+    first = await result.answer.__anext__()
+    assert backend.streams_closed == 0  # the client has its first chunk while the provider still streams
+    chunks = [first] + [chunk async for chunk in result.answer]
     assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]) == "done"
-    await runner.run(body(stream=True), IDENTITY, ROUTE)  # the lock was released with the turn
+    assert backend.streams_closed == 1
+    again = await runner.run(body(stream=True), IDENTITY, ROUTE)  # the stream's end released the lock
+    await read_one_and_drop(again)
 
 
 async def test_a_trace_that_cannot_be_written_leaves_the_answer_and_releases_the_lock(

@@ -21,11 +21,13 @@ from typing import Any
 
 from proxy.ingress.messages.request import assistant_message
 from proxy.ingress.messages.response import tool_input
+from proxy.ingress.messages.rounds import AnthropicRoundRelay
 from proxy.kernel.cache_marks import CACHE_MARK, EPHEMERAL, Mark, kept
 from proxy.kernel.config import ModelRoute
 from proxy.kernel.errors import InvalidRequest
 from proxy.kernel.native import native_parts, with_native
 from proxy.runtime.native import NativeRequest
+from proxy.runtime.rounds import ROUND_LIMIT_NOTICE, RoundRelay
 
 # Fields the proxy sets (or supersedes) rather than passing on.
 _CONVERSATION = frozenset({"model", "messages", "system", "tools", "stream"})
@@ -38,7 +40,6 @@ _FINISH = {
     "max_tokens": "length",
     "refusal": "content_filter",
 }
-_EMPTY_ANSWER = "[context-proxy: the model was still calling proxy-owned tools after the round limit]"
 PROXY_MARK = "__proxy"  # tells the proxy's own cache marks apart while the body is rendered; never sent
 
 
@@ -167,9 +168,13 @@ class AnthropicCodec:
         if not any(b.get("type") == "tool_use" for b in content) and out.get("stop_reason") == "tool_use":
             out["stop_reason"] = "end_turn"
         if not any(b.get("type") in ("text", "tool_use") for b in content):
-            content.append({"type": "text", "text": _EMPTY_ANSWER})
+            content.append({"type": "text", "text": ROUND_LIMIT_NOTICE})
         out["content"] = content
         return out
+
+    def round_relay(self, proxy_tools: frozenset[str]) -> RoundRelay:
+        """A stream's rounds relayed as one message (``ingress/messages/rounds.py``)."""
+        return AnthropicRoundRelay(self, proxy_tools)
 
     def _marked(self, system: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The rendered system prompt, carrying the cache mark the client put on its own system prompt (its

@@ -20,10 +20,12 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from proxy.ingress.responses.request import HOSTED_TOOL_TYPES, TOOL_SEARCH, ToolMap, translate_input
+from proxy.ingress.responses.rounds import ResponsesRoundRelay
 from proxy.kernel.config import ModelRoute
 from proxy.kernel.errors import InvalidRequest
 from proxy.kernel.native import native_parts, with_native
 from proxy.runtime.native import NativeRequest
+from proxy.runtime.rounds import RoundRelay
 
 _OWN = frozenset({"model", "input", "instructions", "tools", "stream", "previous_response_id"})
 _CALLS = frozenset({"function_call", "custom_tool_call", "tool_search_call"})
@@ -127,14 +129,19 @@ class ResponsesCodec:
         out = copy.deepcopy(dict(response))
         kept = []
         for item in out.get("output") or []:
-            if (
-                item.get("type") == "function_call"
-                and self._tools.flat_name(item.get("name", ""), item.get("namespace")) in names
-            ):
+            if item.get("type") == "function_call" and self.call_name(item) in names:
                 continue
             kept.append(item)
         out["output"] = kept
         return out
+
+    def round_relay(self, proxy_tools: frozenset[str]) -> RoundRelay:
+        """A stream's rounds relayed as one response (``ingress/responses/rounds.py``)."""
+        return ResponsesRoundRelay(self, proxy_tools)
+
+    def call_name(self, item: Mapping[str, Any]) -> str:
+        """The chat name of a call item's tool (what the proxy's tools are known by)."""
+        return self._tools.flat_name(str(item.get("name", "")), item.get("namespace"))
 
     def _message(self, output: list[Mapping[str, Any]]) -> dict[str, Any]:
         """The assistant message the output items make, as the same items would make it in the next request."""
