@@ -14,7 +14,7 @@ import anthropic
 import httpx
 import pytest
 
-from proxy.provider.scripted import Reply, ToolCall
+from proxy.provider.scripted import Reply, ToolCall, estimate_prompt_tokens
 from tests.integration.conftest import MODEL
 
 WEATHER = {
@@ -128,3 +128,43 @@ def test_a_messages_stream_cut_mid_answer_ends_in_an_error_event(start_proxy, pr
         for _ in stream:
             pass
     assert isinstance(caught.value.body, dict) and caught.value.body["type"] == "error"
+
+
+def test_a_chat_stream_stays_live_through_a_proxy_round(start_proxy, provider):
+    """The model says a line and calls the proxy's ``read_tool_output``, then calls the client's tool: the
+    official SDK's stream is one answer (one id, the line, the client's call at index 0, usage summed), the
+    line arrives while the provider's first round is still streaming, and the proxy's call never shows."""
+    measure = {"type": "function", "function": {"name": "measure", "parameters": {"type": "object"}}}
+
+    def script(body: dict[str, Any]) -> Reply:
+        if not any(m.get("role") == "tool" for m in body["messages"]):
+            return Reply(content="Looking it up.", tool_calls=(ToolCall("read_tool_output", {"ref": "nothing"}),))
+        return Reply(tool_calls=(ToolCall("measure", {"sample": 7}),))
+
+    provider.script(script, chunk_delay=0.05)
+    client = start_proxy().client()
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Measure sample 7."}],
+        tools=[measure],
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_headers={"x-session-id": "live-chat"},
+    )
+    chunks = []
+    for chunk in stream:
+        chunks.append(chunk)
+        if chunk.choices and chunk.choices[0].delta.content:
+            # The line came while the provider was still on its first round: one call so far.
+            assert len(provider.history) == 1
+    assert {chunk.id for chunk in chunks} == {chunks[0].id}
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    calls = [call for c in chunks if c.choices for call in c.choices[0].delta.tool_calls or []]
+    assert text == "Looking it up."
+    assert {call.index for call in calls} == {0}
+    assert [call.function.name for call in calls if call.function and call.function.name] == ["measure"]
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
+    (usage,) = [c.usage for c in chunks if c.usage]
+    assert len(provider.history) == 2  # the proxy's round and the client's answer
+    # Usage is the sum over both rounds, as the provider counted them (a quarter of each body's messages).
+    assert usage.prompt_tokens == sum(estimate_prompt_tokens(body) for body in provider.history)
