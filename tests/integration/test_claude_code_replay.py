@@ -101,8 +101,9 @@ def test_claude_code_session_replays_to_a_tool_call_and_a_final_answer(start_pro
         assert sse_events(final.text)[-2][1]["delta"]["stop_reason"] == "end_turn"
 
     sent = provider.history[0]
+    # Claude Code's tools, then the proxy's reader (offered in every session that works with tools).
     assert sorted(tool["function"]["name"] for tool in sent["tools"]) == sorted(
-        t["name"] for t in first["body"]["tools"]
+        [*(t["name"] for t in first["body"]["tools"]), "read_tool_output"]
     )
     assert "context_management" not in sent and "thinking" not in sent and "output_config" not in sent
     assert sent["stream"] is True

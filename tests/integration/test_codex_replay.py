@@ -81,7 +81,8 @@ def test_codex_tool_call_turn_gets_a_function_call_and_completed_with_usage(star
     sent = provider.history[-1]
     names = {tool["function"]["name"] for tool in sent["tools"]}
     assert {"exec_command", "apply_patch", "tool_search"} <= names  # custom and client tool_search kept
-    assert len(sent["tools"]) == 9  # the hosted web_search is left out, not refused
+    # Codex's 9 tools (the hosted web_search is left out, not refused), then the proxy's reader.
+    assert len(sent["tools"]) == 10 and sent["tools"][-1]["function"]["name"] == "read_tool_output"
     assert sent["messages"][-1]["content"].startswith("Run the shell command `echo hello`")
 
 

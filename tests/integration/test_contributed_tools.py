@@ -72,7 +72,7 @@ def test_a_packages_tool_is_offered_run_by_the_proxy_and_never_seen_by_the_clien
     assert message.tool_calls is None  # the client never sees the package's tool call
     assert message.content is not None and "stored at building 4, freezer 3" in message.content
     first, second = provider.history
-    assert _tool_names(first) == {"measure", "lab_lookup"}
+    assert _tool_names(first) == {"measure", "lab_lookup", "read_tool_output"}  # and the proxy's reader
     assert second["messages"][-2]["tool_calls"][0]["function"]["name"] == "lab_lookup"
     assert second["messages"][-1] == {
         "role": "tool",
