@@ -262,3 +262,30 @@ def test_an_answer_mixing_a_proxy_call_and_a_client_call_keeps_its_thinking_and_
     client_calls = [b for a in answers for b in a.content if b.type == "tool_use"]
     assert all(call.name == "Bash" for call in client_calls)  # the client never saw the proxy's tool
     assert any(call.input == {"step": 99} for call in client_calls)  # the call it made again reached it
+
+
+def test_a_thinking_budget_over_the_clamped_max_tokens_is_brought_under_it(provider, tmp_path) -> None:
+    """Without interleaved thinking Anthropic refuses a budget not below ``max_tokens``: when the proxy clamps
+    ``max_tokens`` to the route's output limit, it brings the budget under it too and names both in the trace,
+    so a request the client could send directly is not turned into a refusal."""
+    stand_in, url = provider
+    stand_in.script = lambda body: MessageReply((Thinking("Short."), Text("Hello.")))
+    with (
+        proxy_for(url, tmp_path, trace_enabled=True) as proxy,
+        anthropic.Anthropic(base_url=proxy, api_key="sk-client", max_retries=0) as sdk,
+    ):
+        answer = sdk.messages.create(
+            model="claude",
+            max_tokens=32_000,  # the route's output limit is 4,000
+            thinking={"type": "enabled", "budget_tokens": 8_000},
+            messages=[{"role": "user", "content": "Hello"}],
+            extra_headers={"x-session-id": "thinking-clamp"},
+            timeout=60,  # the SDK asks a 32k-token answer to stream unless a timeout is given
+        )
+    assert answer.content[-1].text == "Hello."
+    (sent,) = [r.body for r in stand_in.requests if r.path == "/v1/messages"]
+    assert sent["max_tokens"] == 4_000 and sent["thinking"] == {"type": "enabled", "budget_tokens": 3_999}
+    (trace_file,) = (tmp_path / "data" / "context-traces").rglob("*.json")
+    ingress = json.loads(trace_file.read_text())["ingress"]
+    assert ingress["maxTokensClamped"] == {"requested": 32_000, "sent": 4_000}
+    assert ingress["thinkingBudgetClamped"] == {"requested": 8_000, "sent": 3_999}

@@ -435,4 +435,35 @@ def native_request(
     notes["passage"] = "native"
     notes["forwardedHeaders"] = sorted(forwarded)
     model = route.litellm_model.split("/", 1)[1] if "/" in route.litellm_model else route.litellm_model
+    interleaved = any(b.startswith("interleaved-thinking") for b in kept)
+    raw = _thinking_within(raw, max_tokens, interleaved, notes)
     return NativeRequest("messages", AnthropicCodec(raw, model, max_tokens), forwarded)
+
+
+# Anthropic's smallest thinking budget: below it a request with thinking enabled is refused.
+MIN_THINKING_BUDGET = 1024
+
+
+def _thinking_within(
+    raw: Mapping[str, Any], max_tokens: int | None, interleaved: bool, notes: dict[str, Any]
+) -> Mapping[str, Any]:
+    """``raw`` with its thinking budget brought under ``max_tokens`` when the proxy clamped that to the route's
+    output limit: Anthropic refuses a budget not below ``max_tokens`` (unless interleaved thinking spreads it
+    over a tool loop), so the clamp alone would turn a request the client could send into a refusal. The
+    change is named in the trace (``thinkingBudgetClamped``)."""
+    thinking = raw.get("thinking")
+    requested = raw.get("max_tokens")
+    if (
+        interleaved
+        or max_tokens is None
+        or not isinstance(requested, int)
+        or max_tokens >= requested  # not clamped: the client's own numbers, whatever they are
+        or not isinstance(thinking, Mapping)
+        or thinking.get("type") != "enabled"
+    ):
+        return raw
+    budget = thinking.get("budget_tokens")
+    if not isinstance(budget, int) or budget < max_tokens or max_tokens - 1 < MIN_THINKING_BUDGET:
+        return raw
+    notes["thinkingBudgetClamped"] = {"requested": budget, "sent": max_tokens - 1}
+    return {**raw, "thinking": {**thinking, "budget_tokens": max_tokens - 1}}
