@@ -188,7 +188,7 @@ def test_deferred_tool_absent_until_promoted_then_offered_next_call(start_proxy,
     proxy = start_proxy(models=(_route(provider.url),), contributor_options=options)
     answer = _post(proxy.client(), [{"role": "user", "content": "Which sample is 7?"}], "deferred", tools=tools)
     assert [c.function.name for c in answer.choices[0].message.tool_calls] == ["mcp__lims__lookup"]
-    assert seen[0] == {"measure", "find_tools"}  # deferred: absent before promotion
+    assert seen[0] == {"measure", "find_tools", "read_tool_output"}  # deferred: absent before promotion
     assert "mcp__lims__lookup" in seen[1]  # promoted: offered from the next model call on
     assert "mcp__lims__lookup" in _system(provider.history[-1])  # the capabilities section notes it
 
