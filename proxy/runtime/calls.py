@@ -29,6 +29,7 @@ from proxy.provider.chunks import synthesize
 from proxy.runtime.answers import Answer, BufferedStream, Completion, LiveStream
 from proxy.runtime.anthropic_marks import marked_for_anthropic
 from proxy.runtime.assembly import Assembler, Candidate, TurnRequest
+from proxy.runtime.cache_key import with_session_cache_key
 from proxy.runtime.calibration import TokenCalibrator, usage_of
 from proxy.runtime.native import NativeCodec, NativeRequest
 from proxy.runtime.observers import CallObserver
@@ -104,6 +105,8 @@ class ModelCalls:
             llm_input["messages"] = messages
             if tools is not None:
                 llm_input["tools"] = tools
+        if sent is not None:
+            llm_input = with_session_cache_key(llm_input, request.route, request.identity.context_id)
         # The usage of a streamed answer is the calibration's only source for it: in dynamic mode the
         # proxy asks for it and keeps it from a client that did not (shadow and legacy send what the
         # client sent, so they learn only when the client asked).
@@ -177,6 +180,8 @@ class ModelCalls:
         counted = _chat_form(request.body, sent)  # the chat form of what is sent: what calibration counts
         ends = sent.cache_breakpoints if sent is not None else ()
         body = codec.body(counted["messages"], counted["tools"], stream=stream, breakpoints=ends)
+        if sent is not None:
+            body = with_session_cache_key(body, request.route, request.identity.context_id)
         if request.mode == "shadow" and candidate is not None:  # record and replay compare shadow candidates
             call_tag.offer_shadow_candidate(lambda: codec.body(candidate.messages, candidate.tools, stream=stream))
         record = CallRecord(
