@@ -1,6 +1,6 @@
 """Run every benchmark part and write ``bench/report.json`` and ``bench/report.md``.
 
-Run: ``.venv/bin/python -m bench [--quick] [--parts 1,2,3,4,5,6,7] [--no-litellm-proxy] [--against REF]``
+Run: ``.venv/bin/python -m bench [--quick] [--parts 1,2,3,4,5,6,7,8] [--no-litellm-proxy] [--against REF]``
 (``.venv/bin/python bench/run.py`` is the same). See ``bench/README.md`` for what each part measures.
 """
 
@@ -46,6 +46,7 @@ FULL = {
     "memory_requests": 3000,
     "memory_sessions": 150,
     "isolation_messages": 20_000,
+    "caching_steps": 100,
 }
 QUICK = {
     "requests": 60,
@@ -57,6 +58,7 @@ QUICK = {
     "memory_requests": 300,
     "memory_sessions": 30,
     "isolation_messages": 5_000,
+    "caching_steps": 30,
 }
 ISOLATION_MAX_INPUT_TOKENS = 128_000  # a common window: the large request is compacted, as in real use
 
@@ -218,6 +220,10 @@ def run(
             )
         if 6 in parts:
             _timed(report, "isolation", lambda: _part_isolation(scratch, plan["isolation_messages"]))
+        if 8 in parts:
+            from bench.caching import run_caching
+
+            _timed(report, "caching", lambda: run_caching(plan["caching_steps"]))
         if 7 in parts:  # last: each lever is its own process, but they still want the CPU to themselves
             from bench.levers_part import run_levers
 
@@ -243,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m bench``."""
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of about a minute (fewer, smaller runs)")
-    parser.add_argument("--parts", default="1,2,3,4,5,6,7", help="which parts to run, e.g. 2,4")
+    parser.add_argument("--parts", default="1,2,3,4,5,6,7,8", help="which parts to run, e.g. 2,4")
     parser.add_argument("--no-litellm-proxy", action="store_true", help="skip the litellm proxy in part 1")
     parser.add_argument("--out-dir", type=Path, default=HERE, help="where report.json and report.md go")
     parser.add_argument(

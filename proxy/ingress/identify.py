@@ -2,7 +2,10 @@
 
 Clients never have to change their code, so the id comes from whatever they already send: an explicit
 session header, a vendor's session header or body field, else a fingerprint of how the conversation
-starts (its first system and first user message), which stays the same while the history grows.
+starts (its first system and first user message), which stays the same while the history grows. The
+fingerprint reads those messages' canonical content (``proxy/kernel/canonical.py``), so a client that
+marks them for prompt caching on one turn and not the next (the mark follows the newest message) or wraps
+their text in a content part to mark it stays in one session.
 Runs that start identically share a fingerprint; they are separate branches of that session, each
 with its own lock, state and trace chain (see ``proxy/runtime/branch.py``).
 """
@@ -14,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from proxy.kernel.canonical import stable_json
+from proxy.kernel.canonical import canonical_message, stable_json
 from proxy.kernel.errors import InvalidRequest
 from proxy.runtime.session_identity import SCOPES, Scope, SessionIdentity
 
@@ -83,4 +86,5 @@ def _fingerprint(messages: list[Any]) -> str:
 
 
 def _content(message: Mapping[str, Any] | None) -> Any:
-    return None if message is None else message.get("content")
+    """What the model reads of ``message``: its canonical content, without cache marks."""
+    return None if message is None else canonical_message(message).get("content")

@@ -33,7 +33,11 @@ class ProviderUsage:
 
     @classmethod
     def of(cls, usage: Mapping[str, Any] | Any) -> ProviderUsage | None:
-        """The reading of a chat-form usage (a dict, or litellm's object); ``None`` when there is none."""
+        """The reading of a chat-form usage (a dict, or litellm's object); ``None`` when there is none.
+
+        A usage whose every figure is zero is none: litellm fills an all-zero usage in where the provider
+        reported nothing (a stream the client did not ask usage of), and no model answers from no input,
+        so pricing it would state a cost of $0 that nobody knows."""
         if usage is None:
             return None
         get: Callable[[str], Any] = usage.get if isinstance(usage, Mapping) else lambda key: getattr(usage, key, None)
@@ -41,13 +45,17 @@ class ProviderUsage:
         completion_details = _mapping(get("completion_tokens_details"))
         read = _int(get("cache_read_input_tokens")) or _int(prompt_details.get("cached_tokens"))
         write = _int(get("cache_creation_input_tokens")) or _int(prompt_details.get("cache_write_tokens"))
-        return cls(
+        reading = cls(
             prompt_tokens=_int(get("prompt_tokens")),
             completion_tokens=_int(get("completion_tokens")),
             cache_read_tokens=read,
             cache_write_tokens=write,
             reasoning_tokens=_int(completion_details.get("reasoning_tokens")),
         )
+        return None if reading == _NOTHING else reading
+
+
+_NOTHING = ProviderUsage(0, 0)
 
 
 @dataclass(frozen=True)

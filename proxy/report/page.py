@@ -61,6 +61,21 @@ def _share(value: float | None) -> str:
     return "—" if value is None else f"{value:.1%}"
 
 
+def _usd(value: float | None) -> str:
+    return "unknown" if value is None else f"${value:,.4f}"
+
+
+def _session_cost(session: SessionSummary) -> str:
+    """The session's cost cell: dollars, or "unknown" (with what is known in its title) when a call's is."""
+    if session.cost_usd is not None:
+        return f'<td class="n" data-key="costUsd">{_usd(session.cost_usd)}</td>'
+    title = (
+        f"{session.unpriced_calls} of {len(session.turns)} calls without a known cost (no price for the model, "
+        f"or no usage from the provider); the others cost {_usd(session.known_cost_usd)}"
+    )
+    return f'<td class="n unknown" data-key="costUsd" title="{escape(title)}">unknown</td>'
+
+
 def _when(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if timestamp else "—"
 
@@ -77,6 +92,9 @@ def overview(sessions: Iterable[SessionSummary], link: Callable[[SessionSummary]
             f'<td class="n" data-key="clientTokens">{_tokens(s.client_tokens)}</td>',
             f'<td class="n" data-key="proxyTokens">{_tokens(s.proxy_tokens)}</td>',
             f'<td class="n" data-key="savings">{_share(s.savings)}</td>',
+            f'<td class="n" data-key="cacheShare">{_share(s.cache_share)}</td>',
+            _session_cost(s),
+            f'<td class="n" data-key="passthroughUsd">{_usd(s.passthrough_usd)}</td>',
             f'<td class="n" data-key="compactions">{s.compactions}</td>',
             f'<td class="n" data-key="summarizerCalls">{s.summarizer_calls}</td>',
             f'<td class="n{" bad" if s.size_refusals else ""}" data-key="sizeRefusals">{s.size_refusals}</td>',
@@ -90,6 +108,10 @@ def overview(sessions: Iterable[SessionSummary], link: Callable[[SessionSummary]
     head = (
         "<tr><th>context id</th><th>mode</th><th>scope</th><th>model calls</th><th>client tokens</th>"
         '<th title="sent in dynamic; would have been sent in shadow">proxy tokens</th><th>savings</th>'
+        '<th title="of the prompt tokens the provider billed, the share it read from its prompt cache">cache share</th>'
+        '<th title="at litellm\'s prices, summarizer calls included">cost</th>'
+        '<th title="the client\'s own requests at the same prices, as if each read the previous one from the cache">'
+        "passthrough cost (est.)</th>"
         "<th>compactions</th><th>summarizer calls</th><th>refused for size</th><th>assembly failures</th>"
         "<th>assembly p50 ms</th><th>assembly p95 ms</th><th>last activity</th></tr>"
     )
@@ -116,6 +138,7 @@ def _turn_row(turn: Any, raw_link: str | None) -> str:
         f'<td class="n">{_tokens(turn.client_tokens)}</td><td class="n">{_tokens(turn.candidate_tokens)}</td>'
         f'<td class="n">{_tokens(turn.limit)}</td><td class="n">{turn.summarizer_calls}</td>'
         f'<td class="n">{_ms(turn.assembly_ms)}</td><td class="n">{_ms(turn.provider_ms)}</td>'
+        f'<td class="n">{_share(turn.cache_share)}</td><td class="n">{_usd(turn.cost_usd)}</td>'
         f"<td>{''.join(events)}{raw}</td></tr>"
     )
 
@@ -133,7 +156,8 @@ def session_section(
     rows = "".join(_turn_row(t, raw_link(t.file) if raw_link else None) for t in session.turns)
     head = (
         "<tr><th>turn</th><th>branch turn</th><th>mode</th><th>client tokens</th><th>candidate tokens</th>"
-        "<th>limit</th><th>summarizer calls</th><th>assembly ms</th><th>provider ms</th><th>events</th></tr>"
+        "<th>limit</th><th>summarizer calls</th><th>assembly ms</th><th>provider ms</th><th>cache share</th>"
+        "<th>cost</th><th>events</th></tr>"
     )
     note = "" if details else '<p class="note">Turn details are not in this page.</p>'
     return (
@@ -141,7 +165,8 @@ def session_section(
         f"<h2>{escape(session.context_id)}</h2>"
         f'<p class="meta">{escape(", ".join(session.modes))} · {escape(", ".join(session.scopes))} · '
         f"{escape(', '.join(session.models))} · {len(session.turns)} model calls · "
-        f"savings {_share(session.savings)}</p>"
+        f"savings {_share(session.savings)} · cache share {_share(session.cache_share)} · "
+        f"cost {_usd(session.cost_usd)} · passthrough (est.) {_usd(session.passthrough_usd)}</p>"
         f"{session_chart(session.turns)}{note}"
         f'<table class="turns"><thead>{head}</thead><tbody>{rows}</tbody></table>{data}</section>'
     )

@@ -23,6 +23,8 @@ from typing import Any
 from proxy.context.estimators import ConservativeTokenEstimator
 
 __all__ = [
+    "Billing",
+    "Prices",
     "SessionSummary",
     "TraceFolder",
     "TurnSummary",
@@ -77,6 +79,22 @@ class TurnSummary:
     assembly_ms: float | None
     provider_ms: float | None
     modified: float  # the file's mtime: recent activity
+    usage: Billing | None = None  # the provider's usage, when it reported one
+    cost_usd: float | None = None  # the call and its summarizer calls; None: unknown (see ``turn_cost``)
+    prices: Prices | None = None  # the route's, per token, when the cost map knew them
+
+    @property
+    def cache_share(self) -> float | None:
+        """The share of its prompt tokens the provider read from its cache."""
+        if self.usage is None or not self.usage.prompt_tokens:
+            return None
+        return self.usage.cache_read_tokens / self.usage.prompt_tokens
+
+    @property
+    def answered(self) -> bool:
+        """The provider answered this call (it was sent, and not refused)."""
+        sent = not self.assembly_error or self.mode == "shadow"
+        return sent and not self.provider_error
 
     @property
     def proxy_tokens(self) -> int | None:
@@ -111,7 +129,33 @@ class TurnSummary:
             "assemblyError": self.assembly_error,
             "assemblyMs": self.assembly_ms,
             "providerMs": self.provider_ms,
+            "promptTokens": self.usage.prompt_tokens if self.usage is not None else None,
+            "cacheReadTokens": self.usage.cache_read_tokens if self.usage is not None else None,
+            "cacheWriteTokens": self.usage.cache_write_tokens if self.usage is not None else None,
+            "cacheShare": self.cache_share,
+            "costUsd": self.cost_usd,
         }
+
+
+@dataclass(frozen=True)
+class Billing:
+    """A call's usage as the provider billed it (the trace's ``usage``)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+
+
+@dataclass(frozen=True)
+class Prices:
+    """Dollars per token at the route's prices (the trace's ``cost.prices``); a cache price of ``None`` is
+    billed at the input price."""
+
+    input: float
+    output: float
+    cache_read: float | None
+    cache_write: float | None
 
 
 def _percentile(values: Sequence[float], share: float) -> float | None:
@@ -165,6 +209,54 @@ class SessionSummary:
         return 1 - self.proxy_tokens / self.client_tokens
 
     @property
+    def cache_share(self) -> float | None:
+        """The share of the prompt tokens the provider billed that it read from its cache."""
+        billed = [t.usage for t in self.turns if t.usage is not None]
+        prompt = sum(u.prompt_tokens for u in billed)
+        return sum(u.cache_read_tokens for u in billed) / prompt if prompt else None
+
+    @property
+    def unpriced_calls(self) -> int:
+        """Calls whose cost nobody knows (no price for a model, or no usage from the provider)."""
+        return sum(1 for t in self.turns if t.cost_usd is None)
+
+    @property
+    def known_cost_usd(self) -> float:
+        """What the calls whose cost is known cost, summarizer calls included."""
+        return sum(t.cost_usd for t in self.turns if t.cost_usd is not None)
+
+    @property
+    def cost_usd(self) -> float | None:
+        """What the session cost, summarizer calls included; ``None`` when any call's cost is unknown."""
+        return None if self.unpriced_calls else self.known_cost_usd
+
+    @property
+    def passthrough_usd(self) -> float | None:
+        """What the client's own requests would have cost sent straight to the provider (``None``: unknown).
+
+        Shadow and legacy calls sent the client's request: their cost is the passthrough's. A dynamic call's
+        is estimated from the client's tokens (in the provider's count) at the route's prices, as if the
+        provider had cached the whole previous request (a passthrough's history only grows), read at the
+        cache-read price, and written the rest (at the cache-write price where there is one): the passthrough
+        at its cheapest, so the proxy is never credited with a saving that caching would have made anyway.
+        The proxy's own tool rounds count as calls of the client's (a passthrough would not have made them)."""
+        total, previous = 0.0, 0.0
+        for turn in self.turns:
+            if not turn.answered:
+                continue
+            if turn.mode != "dynamic":
+                if turn.cost_usd is None:
+                    return None
+                total += turn.cost_usd
+                continue
+            estimate = passthrough_estimate(turn, previous)
+            if estimate is None:
+                return None
+            total += estimate[0]
+            previous = estimate[1]
+        return total
+
+    @property
     def compactions(self) -> int:
         """Calls whose assembly ran a compaction pass (pressure or forced)."""
         return sum(1 for t in self.turns if t.compaction)
@@ -211,7 +303,35 @@ class SessionSummary:
             "assemblyP50Ms": self.assembly_ms(0.5),
             "assemblyP95Ms": self.assembly_ms(0.95),
             "lastActivity": self.last_activity,
+            "cacheShare": self.cache_share,
+            "costUsd": self.cost_usd,
+            "knownCostUsd": self.known_cost_usd,
+            "unpricedCalls": self.unpriced_calls,
+            "passthroughUsd": self.passthrough_usd,
         }
+
+
+# A provider caches no prefix shorter than this (Anthropic's and OpenAI's smallest).
+CACHE_MIN_TOKENS = 1_024
+
+
+def passthrough_estimate(turn: TurnSummary, previous_client_tokens: float) -> tuple[float, float] | None:
+    """A dynamic call's client request priced at its route's prices (``SessionSummary.passthrough_usd``), and
+    its size in the provider's tokens; ``None`` when the prices or the answer's size are unknown.
+
+    The client's request is counted by the proxy's estimator, like the candidate; scaled by what the provider
+    counted of the candidate, it is in the provider's tokens, whatever the estimator's error."""
+    if turn.prices is None or turn.usage is None or turn.client_tokens is None:
+        return None
+    prices = turn.prices
+    scale = turn.usage.prompt_tokens / turn.candidate_tokens if turn.candidate_tokens else 1.0
+    client = turn.client_tokens * scale
+    cached = min(previous_client_tokens, client) if prices.cache_read is not None else 0.0
+    cached = cached if cached >= CACHE_MIN_TOKENS else 0.0
+    fresh = client - cached
+    read = prices.cache_read if prices.cache_read is not None else prices.input
+    written = prices.cache_write if prices.cache_write is not None else prices.input
+    return cached * read + fresh * written + turn.usage.completion_tokens * prices.output, client
 
 
 def read_trace(path: Path) -> dict[str, Any] | None:
@@ -255,7 +375,44 @@ def summarize(record: Mapping[str, Any], file: str, modified: float) -> TurnSumm
         assembly_ms=_number(_pick(record, "assemblyMs")),
         provider_ms=_number(_pick(record, "providerMs")),
         modified=modified,
+        usage=_billing(_pick(record, "usage")),
+        cost_usd=turn_cost(record, mode, bool(error), bool(assembly_error)),
+        prices=_prices(_pick(_pick(record, "cost"), "prices")),
     )
+
+
+def turn_cost(record: Mapping[str, Any], mode: str, failed_call: bool, failed_assembly: bool) -> float | None:
+    """A call's cost with its summarizer calls' (the trace's ``cost``); ``None`` where a part is unknown.
+
+    A trace without ``cost`` billed nothing when nothing was answered (the provider refused the call, or the
+    assembly failed and dynamic sent nothing); otherwise it predates prices in traces, or its model had none
+    in litellm's cost map when that meant no ``cost``: unknown, not free."""
+    cost = _pick(record, "cost")
+    if isinstance(cost, Mapping):
+        usd, summarizer = _number(cost.get("usd")), _number(cost.get("summarizerUsd"))
+        return None if usd is None or summarizer is None else usd + summarizer
+    if failed_call or (failed_assembly and mode != "shadow"):
+        return 0.0
+    return None
+
+
+def _billing(usage: Any) -> Billing | None:
+    prompt = _int(_pick(usage, "promptTokens"))
+    if prompt is None:
+        return None
+    return Billing(
+        prompt,
+        _int(_pick(usage, "completionTokens")) or 0,
+        _int(_pick(usage, "cacheReadTokens")) or 0,
+        _int(_pick(usage, "cacheWriteTokens")) or 0,
+    )
+
+
+def _prices(prices: Any) -> Prices | None:
+    given, output = _number(_pick(prices, "input")), _number(_pick(prices, "output"))
+    if given is None or output is None:
+        return None
+    return Prices(given, output, _number(_pick(prices, "cacheRead")), _number(_pick(prices, "cacheWrite")))
 
 
 def _request_tokens(llm_input: Any) -> int | None:

@@ -22,12 +22,13 @@ from proxy.kernel.config import ModelRoute, Settings
 from proxy.kernel.errors import ContextOverflow, ProxyError
 from proxy.kernel.native import NATIVE, without_native
 from proxy.kernel.route_api import provider_of
-from proxy.kernel.usage import PriceLookup, ProviderUsage, no_prices
+from proxy.kernel.usage import ModelPrices, PriceLookup, ProviderUsage, no_prices
 from proxy.provider import call_tag
 from proxy.provider.base import ProviderBackend
 from proxy.runtime.answers import Answer, Completion, LiveStream
 from proxy.runtime.anthropic_marks import marked_for_anthropic
 from proxy.runtime.assembly import Assembler, Candidate, TurnRequest
+from proxy.runtime.cache_key import with_session_cache_key
 from proxy.runtime.calibration import TokenCalibrator
 from proxy.runtime.native import NativeCodec, NativeRequest
 from proxy.runtime.observers import CallObserver
@@ -103,6 +104,8 @@ class ModelCalls:
             llm_input["messages"] = messages
             if tools is not None:
                 llm_input["tools"] = tools
+        if sent is not None:
+            llm_input = with_session_cache_key(llm_input, request.route, request.identity.context_id)
         # The usage of a streamed answer is the calibration's only source for it: in dynamic mode the
         # proxy asks for it and keeps it from a client that did not (shadow and legacy send what the
         # client sent, so they learn only when the client asked).
@@ -171,6 +174,8 @@ class ModelCalls:
         counted = _chat_form(request.body, sent)  # the chat form of what is sent: what calibration counts
         ends = sent.cache_breakpoints if sent is not None else ()
         body = codec.body(counted["messages"], counted["tools"], stream=stream, breakpoints=ends)
+        if sent is not None:
+            body = with_session_cache_key(body, request.route, request.identity.context_id)
         if request.mode == "shadow" and candidate is not None:  # record and replay compare shadow candidates
             call_tag.offer_shadow_candidate(lambda: codec.body(candidate.messages, candidate.tools, stream=stream))
         record = CallRecord(
@@ -304,19 +309,44 @@ class ModelCalls:
             self.traces.write(request.identity.context_id, request.turn, trace_json(record), recovery=record.recovery)
 
     def _cost(self, record: CallRecord) -> CallCost | None:
-        """The call's cost and its summarizer calls' at their routes' prices; ``None`` where they are unknown."""
-        prices = self.prices(record.request.route.litellm_model)
-        if prices is None:
+        """The call's cost and its summarizer calls' at their routes' prices; ``None`` when nothing was billed
+        (the assembly failed before any call). An unknown figure is ``None`` with its reason, never 0."""
+        unknown: list[str] = []
+        model = record.request.route.litellm_model
+        prices = self.prices(model)
+        own: float | None = 0.0  # a failed call, or a compaction request (its calls are the summarizer's)
+        answered = record.compaction is None and record.provider_error is None and record.provider_ms is not None
+        if answered:
+            own = _priced(model, prices, ProviderUsage.of(record.usage), unknown)
+        summarizer: float | None = 0.0
+        calls = summarizer_calls_of(record)
+        for call in calls:
+            if call.get("error") is not None and not call.get("usage"):
+                continue  # a refused call is not billed
+            call_model = self._summary_model(call)
+            cost = _priced(call_model, self.prices(call_model), ProviderUsage.of(call.get("usage")), unknown)
+            summarizer = None if cost is None or summarizer is None else summarizer + cost
+        if not answered and not calls:
             return None
-        usage = ProviderUsage.of(record.usage)
-        summarizer = 0.0
-        for call in summarizer_calls_of(record):
-            model = (call.get("llmInput") or {}).get("model")
-            call_prices = self.prices(str(model)) if model else prices
-            call_usage = ProviderUsage.of(call.get("usage"))
-            if call_prices is not None and call_usage is not None:
-                summarizer += call_prices.cost(call_usage)
-        return CallCost(prices.cost(usage) if usage is not None else 0.0, summarizer, prices)
+        return CallCost(own, summarizer, prices, tuple(dict.fromkeys(unknown)))
+
+    def _summary_model(self, call: Mapping[str, Any]) -> str:
+        """The litellm model a summarizer call was made to: its route's (the call records the route's name)."""
+        route = self.settings.route(str(call.get("model") or ""))
+        if route is not None:
+            return route.litellm_model
+        return str((call.get("llmInput") or {}).get("model") or "")
+
+
+def _priced(model: str, prices: ModelPrices | None, usage: ProviderUsage | None, unknown: list[str]) -> float | None:
+    """What ``usage`` cost at ``prices``; ``None``, with the reason added to ``unknown``, when either is missing."""
+    if usage is None:
+        unknown.append("the provider reported no usage")
+        return None
+    if prices is None:
+        unknown.append(f"no price for {model or 'the model'} in litellm's cost map")
+        return None
+    return prices.cost(usage)
 
 
 def summarizer_calls_of(record: CallRecord) -> Sequence[Mapping[str, Any]]:

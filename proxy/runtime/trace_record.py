@@ -55,17 +55,21 @@ class CallRecord:
     # A client's compaction request answered by the summarizer (``TurnService.compact``): no candidate,
     # ``llm_input`` the summarizer's last (already redacted) request.
     compaction: RemoteCompaction | None = None
-    # What the call cost at its route's prices (``ModelCalls.record`` sets it where the cost map knows them).
+    # What the call cost at its route's prices (``ModelCalls.record`` sets it for every call that billed).
     cost: CallCost | None = None
 
 
 @dataclass(frozen=True)
 class CallCost:
-    """A call's cost in dollars at its route's prices, and that of the summarizer calls its assembly made."""
+    """A call's cost in dollars at its route's prices, and that of the summarizer calls its assembly made.
 
-    usd: float
-    summarizer_usd: float
-    prices: ModelPrices
+    A figure nobody knows is ``None``, never 0: the cost map has no price for the model, or the provider
+    reported no usage. ``unknown`` says which, so a report can show "unknown" rather than a free call."""
+
+    usd: float | None
+    summarizer_usd: float | None
+    prices: ModelPrices | None
+    unknown: tuple[str, ...] = ()
 
 
 def trace_json(call: CallRecord) -> dict[str, Any]:
@@ -170,7 +174,8 @@ def _billing_json(call: CallRecord) -> dict[str, Any]:
         out["cost"] = {
             "usd": call.cost.usd,
             "summarizerUsd": call.cost.summarizer_usd,
-            "prices": _plain(call.cost.prices),
+            "prices": _plain(call.cost.prices) if call.cost.prices is not None else None,
+            "unknown": list(call.cost.unknown),
         }
     return out
 

@@ -49,3 +49,27 @@ def test_codex_session_headers_and_prompt_cache_key_name_the_session():
     by_body = _identify({}, {"messages": [], "prompt_cache_key": uuid})
     assert (by_body.context_id, by_body.source) == (uuid, "body:prompt_cache_key")
     assert _identify({"x-session-id": "explicit", "session-id": uuid}, {"messages": []}).context_id == "explicit"
+
+
+def test_the_fingerprint_ignores_cache_marks_and_a_marked_text_part():
+    """Clients mark the newest message for caching and move the mark on: the first user message is marked
+    on the first turn and not after, and a marked message is a one-part list where it was a string."""
+    mark = {"type": "ephemeral"}
+    plain = identify({}, {"messages": FIRST})
+    marked = identify(
+        {},
+        {
+            "messages": [
+                {"role": "system", "content": [{"type": "text", "text": "agent", "cache_control": mark}]},
+                {"role": "user", "content": [{"type": "text", "text": "task", "cache_control": mark}]},
+            ]
+        },
+    )
+    wrapped = identify({}, {"messages": [{"role": "system", "content": [{"type": "text", "text": "agent"}]}, FIRST[1]]})
+    assert marked.context_id == plain.context_id == wrapped.context_id
+    two_parts = [{"type": "text", "text": "task"}, {"type": "text", "text": "more", "cache_control": mark}]
+    unmarked_parts = [{"type": "text", "text": "task"}, {"type": "text", "text": "more"}]
+    assert (
+        identify({}, {"messages": [FIRST[0], {"role": "user", "content": two_parts}]}).context_id
+        == identify({}, {"messages": [FIRST[0], {"role": "user", "content": unmarked_parts}]}).context_id
+    )

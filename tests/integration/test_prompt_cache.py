@@ -163,3 +163,61 @@ def test_a_chat_client_moving_its_mark_keeps_one_session_and_reads_the_cache(sta
         assert 1 <= json.dumps(body).count('"cache_control"') <= 4
     reads = [int((u.model_extra or {}).get("cache_read_input_tokens") or 0) for u in usages]
     assert sum(reads[1:]) > 0  # the cache the earlier turns wrote is read
+
+
+@pytest.mark.parametrize("ingress", ["messages", "chat"])
+def test_without_a_session_id_a_moving_mark_keeps_one_session(stand_in, tmp_path, ingress) -> None:
+    """No session header or field: the session is the fingerprint of the first system and user message, which
+    the client marked while it was among the newest and unmarks after (Claude Code's two newest user
+    messages; a chat client's newest). The fingerprint reads past the mark: one session, never forked."""
+    import openai
+
+    provider, url = stand_in
+    route = ModelRoute(
+        "claude",
+        {"model": "anthropic/claude-sonnet-4-5", "api_base": url, "api_key": DEFAULT_API_KEY},
+        max_input_tokens=200_000,
+        max_output_tokens=4_000,
+    )
+    settings = Settings(data_dir=tmp_path / "data", models=(route,), trace_enabled=True)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": "Calibrate."}]}]
+    chat: list[dict[str, Any]] = [{"role": "user", "content": "Calibrate."}]
+    system = {"role": "system", "content": [{"type": "text", "text": SYSTEM[0]["text"], "cache_control": MARK}]}
+    chat_tools = [
+        {"type": "function", "function": {"name": "Bash", "parameters": {"type": "object", "properties": {}}}}
+    ]
+    with (
+        serve_in_thread(create_app(settings)) as proxy,
+        anthropic.Anthropic(base_url=proxy, api_key="x", max_retries=0) as claude,
+        openai.OpenAI(base_url=f"{proxy}/v1", api_key="x", max_retries=0) as client,
+    ):
+        for turn in range(4):
+            if ingress == "messages":
+                answer = claude.messages.create(
+                    model="claude", max_tokens=100, system=SYSTEM, messages=with_rolling_marks(messages), tools=TOOLS
+                )
+                messages.append(
+                    {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in answer.content]}
+                )
+                calls = [b for b in answer.content if b.type == "tool_use"]
+                messages.append(
+                    {
+                        "role": "user",
+                        "content": [{"type": "tool_result", "tool_use_id": c.id, "content": "ok"} for c in calls],
+                    }
+                )
+                continue
+            last = chat[-1]
+            newest = {**last, "content": [{"type": "text", "text": last["content"], "cache_control": MARK}]}
+            reply = client.chat.completions.create(
+                model="claude", messages=[system, *chat[:-1], newest], tools=chat_tools
+            )
+            message = reply.choices[0].message
+            chat.append(message.model_dump(exclude_none=True))
+            chat += [{"role": "tool", "tool_call_id": c.id, "content": "ok"} for c in message.tool_calls or []]
+            chat.append({"role": "user", "content": f"Go on ({turn})."})
+    sessions = [p for p in (tmp_path / "data" / "context-traces").iterdir() if p.is_dir()]
+    traces = [json.loads(p.read_text()) for p in sorted((tmp_path / "data" / "context-traces").rglob("turn-*.json"))]
+    assert len(sessions) == 1 and sessions[0].name.startswith("fp-")
+    assert len(traces) == 4 and not any(t["session"]["forked"] for t in traces)
+    assert len([r for r in provider.requests if r.path == "/v1/messages"]) == 4
