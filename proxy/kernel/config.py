@@ -170,6 +170,10 @@ class Settings:
     summary_max_attempts: int = 2
     summary_max_rounds: int = 3
     summary_retry_after_messages: int = 20
+    # Teams: how long a virtual key is served from memory before the store is asked again (the bound on
+    # a revocation reaching every replica), and how many of the busiest teams get their own metrics label.
+    key_cache_seconds: int = 5
+    metrics_teams: int = 10
 
     @property
     def resolved_trace_dir(self) -> Path:
@@ -275,6 +279,12 @@ class Settings:
             ),
             summary_max_rounds=_bounded(
                 env, "SCIENCE_AGENT_SUMMARY_MAX_ROUNDS", cls.summary_max_rounds, MAX_SUMMARY_ROUNDS, _MODEL_CALLS
+            ),
+            key_cache_seconds=_bounded(
+                env, "CONTEXT_PROXY_KEY_CACHE_SECONDS", cls.key_cache_seconds, 300, "a revoked key would work too long"
+            ),
+            metrics_teams=_bounded(
+                env, "CONTEXT_PROXY_METRICS_TEAMS", cls.metrics_teams, 1000, "too many series for Prometheus"
             ),
             summary_retry_after_messages=_bounded(
                 env,
