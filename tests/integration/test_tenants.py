@@ -24,6 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from proxy.cli import main as cli
 from proxy.provider.science_script import PLANTED_FACT, TOOLS, ScienceModel, client_tool_result
 from proxy.provider.scripted import Reply, ToolCall
+from proxy.replay.replay import replay
+from proxy.replay.verdict import judge
 from proxy.session import open_store
 from tests.integration.conftest import STORE_BACKENDS, ProviderHandle, ProxyHandle, route_to, store_url_for
 from tests.session.store_rows import session_info
@@ -393,3 +395,24 @@ def test_the_keys_command_makes_keys_the_proxy_takes_and_the_report_filters_by_t
         assert cli(["report", "--traces", str(traces), "--out", str(out), "--team", team]) == 0
         page = out.read_text()
         assert present in page and not any(other in page for other in absent)
+
+
+def test_two_teams_recordings_replay_as_two_sessions(
+    start_proxy: Callable[..., ProxyHandle], provider: ProviderHandle, tmp_path: Any
+) -> None:
+    folder = tmp_path / "recorded"
+    proxy = start_proxy(master_key=MASTER, record_dir=folder)
+    for team in ("alpha", "beta"):
+        client = proxy.client(api_key=generate(proxy, team_id=team)["key"])
+        history = [*OPENING, {"role": "user", "content": f"{team}'s question"}]
+        for turn in range(2):
+            answer = client.chat.completions.create(
+                model="test-model", messages=history, extra_headers={"x-session-id": "shared"}
+            )
+            history += [{"role": "assistant", "content": answer.choices[0].message.content or ""}]
+            history += [{"role": "user", "content": f"{team} goes on {turn}"}]
+    proxy.stop()  # the last recording is written as its answer ends
+    assert sorted(p.name for p in folder.iterdir()) == ["team.alpha.shared", "team.beta.shared"]
+    replayed = replay([folder], proxy.settings)
+    assert sorted(turn.context_id for turn in replayed) == ["team.alpha.shared"] * 2 + ["team.beta.shared"] * 2
+    assert judge(replayed).summary() == "4 identical, 0 changed, 0 failed"
