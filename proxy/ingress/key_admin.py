@@ -8,7 +8,7 @@ A field litellm knows but this proxy does not enforce (budgets, parallel-request
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from starlette.requests import Request
@@ -53,9 +53,9 @@ def key_info(record: KeyRecord) -> dict[str, Any]:
 class KeyAdmin:
     """The key API's routes over the app's store, behind the master key."""
 
-    def __init__(self, tenants: Tenants, store: Any, reader: RequestReader) -> None:
+    def __init__(self, tenants: Tenants, store: Callable[[], SessionStore], reader: RequestReader) -> None:
         self._tenants = tenants
-        self._store = store  # () -> SessionStore: the 503 while the app starts
+        self._store = store  # raises the 503 ``starting`` until the app has opened it
         self._reader = reader
 
     def routes(self) -> list[Route]:
@@ -98,7 +98,7 @@ class KeyAdmin:
         for name in ("duration", "key_alias"):
             if body.get(name) is not None and not isinstance(body.get(name), str):
                 raise InvalidRequest(f"{name} must be a string.", param=name)
-        store: SessionStore = self._store()
+        store = self._store()
         try:
             key, record = await keys.create_key(
                 store,
@@ -121,7 +121,7 @@ class KeyAdmin:
         names = [*(body.get("keys") or []), *(body.get("key_aliases") or [])]
         if not names or not all(isinstance(n, str) for n in names):
             raise InvalidRequest("Name the keys to delete: keys or key_aliases, a list of strings.", param="keys")
-        store: SessionStore = self._store()
+        store = self._store()
         found = []
         for name in names:
             record = await keys.find_key(store, name)
@@ -147,7 +147,7 @@ class KeyAdmin:
     async def regenerate(self, request: Request) -> Response:
         """``POST /key/{key}/regenerate``: a new key for the same team and limits; the old one stops."""
         await self._tenants.administrator(request.headers)
-        store: SessionStore = self._store()
+        store = self._store()
         record = await keys.find_key(store, request.path_params["key"])
         key = None if record is None else await keys.rotate_key(store, record.key_id)
         if record is None or key is None:

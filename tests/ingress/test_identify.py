@@ -6,6 +6,7 @@ import pytest
 
 from proxy.ingress.identify import identify
 from proxy.kernel.errors import InvalidRequest
+from proxy.kernel.tenancy import Principal, team_of
 
 FIRST = [{"role": "system", "content": "agent"}, {"role": "user", "content": "task"}]
 
@@ -49,3 +50,11 @@ def test_codex_session_headers_and_prompt_cache_key_name_the_session():
     by_body = _identify({}, {"messages": [], "prompt_cache_key": uuid})
     assert (by_body.context_id, by_body.source) == (uuid, "body:prompt_cache_key")
     assert _identify({"x-session-id": "explicit", "session-id": uuid}, {"messages": []}).context_id == "explicit"
+
+
+def test_the_same_session_header_under_two_teams_is_two_sessions() -> None:
+    headers = {"x-session-id": "team.beta.s"}  # a team cannot reach another's by naming it
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    alpha = identify(headers, body, Principal("alpha", "key-1")).context_id
+    assert alpha == "team.alpha.team.beta.s" and team_of(alpha) == "alpha"
+    assert identify(headers, body).context_id == "team.beta.s"  # the administrator names any session
