@@ -95,7 +95,7 @@ def _operator_routes(settings: Settings, services: Services) -> list[Route]:
     health checks (these need no key)."""
 
     async def list_models(request: Request) -> Response:
-        allowed = (await services.tenants.principal(request.headers)).limits.models
+        allowed = (await services.tenants.principal(request.headers, _peer(request))).limits.models
         data = [
             {"id": route.model_name, "object": "model", "created": 0, "owned_by": "context-proxy"}
             for route in settings.models
@@ -104,7 +104,7 @@ def _operator_routes(settings: Settings, services: Services) -> list[Route]:
         return JSONAnswer({"object": "list", "data": data})
 
     async def metrics(request: Request) -> Response:
-        await services.tenants.administrator(request.headers)
+        await services.tenants.administrator(request.headers, _peer(request))
         return Response(services.telemetry.metrics.render(), media_type=CONTENT_TYPE)
 
     async def liveliness(request: Request) -> Response:
@@ -126,3 +126,8 @@ def _operator_routes(settings: Settings, services: Services) -> list[Route]:
         Route("/health/liveliness", liveliness, methods=["GET"]),
         Route("/health/readiness", answering(readiness), methods=["GET"]),
     ]
+
+
+def _peer(request: Request) -> str | None:
+    """The address a request came from (what a trusted gateway's network is checked against)."""
+    return request.client.host if request.client else None

@@ -32,7 +32,7 @@ from proxy.context.registry import (
 )
 from proxy.context.state import StateConfig
 from proxy.context.types import SCOPES
-from proxy.ingress.tenants import Tenants
+from proxy.ingress.tenants import Gateway, Tenants
 from proxy.kernel.config import ConfigError, ModelRoute, Settings
 from proxy.kernel.errors import ProxyError
 from proxy.kernel.usage import no_prices
@@ -84,7 +84,12 @@ class Services:
         self.recorder = Recorder(settings.record_dir) if settings.record_dir is not None else None
         self.service: TurnService | None = None
         # Who a request is, and its key's limits; it also counts what each key's model calls sent.
-        self.tenants = Tenants(settings.master_key, self.opened_store, settings.key_cache_seconds)
+        gateway = (
+            Gateway(settings.team_header, settings.team_header_secret, settings.team_header_from)
+            if settings.team_header
+            else None
+        )
+        self.tenants = Tenants(settings.master_key, self.opened_store, settings.key_cache_seconds, gateway=gateway)
 
     def opened_store(self) -> SessionStore:
         """The store, or the 503 ``starting`` while the app has not opened it yet."""

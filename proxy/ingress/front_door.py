@@ -56,7 +56,7 @@ class FrontDoor:
 
     async def authorize(self, request: Request) -> Principal:
         """Who sent the request (the master key's administrator or a team's key); 401 for anyone else."""
-        return await self.tenants.principal(request.headers)
+        return await self.tenants.principal(request.headers, request.client.host if request.client else None)
 
     def mode(self, request: Request) -> Mode:
         """The operator's mode, or shadow/legacy chosen per request when the operator allows it (debugging)."""

@@ -68,7 +68,7 @@ class KeyAdmin:
         ]
 
     async def _body(self, request: Request) -> Mapping[str, Any]:
-        await self._tenants.administrator(request.headers)
+        await self._tenants.administrator(request.headers, request.client.host if request.client else None)
         body = await self._reader.json(request)
         if not isinstance(body, dict):
             raise InvalidRequest("The body must be a JSON object.")
@@ -135,7 +135,7 @@ class KeyAdmin:
 
     async def info(self, request: Request) -> Response:
         """``GET /key/info?key=...``: what is stored about a key (not the key)."""
-        await self._tenants.administrator(request.headers)
+        await self._tenants.administrator(request.headers, request.client.host if request.client else None)
         name = request.query_params.get("key", "")
         if not name:
             raise InvalidRequest("Name the key: /key/info?key=<key, its hash, id or alias>.", param="key")
@@ -146,7 +146,7 @@ class KeyAdmin:
 
     async def regenerate(self, request: Request) -> Response:
         """``POST /key/{key}/regenerate``: a new key for the same team and limits; the old one stops."""
-        await self._tenants.administrator(request.headers)
+        await self._tenants.administrator(request.headers, request.client.host if request.client else None)
         store = self._store()
         record = await keys.find_key(store, request.path_params["key"])
         key = None if record is None else await keys.rotate_key(store, record.key_id)

@@ -14,6 +14,7 @@ its turn begins, so nothing of it is stored and the provider is not called.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import time
 from collections import deque
@@ -22,8 +23,8 @@ from datetime import UTC, datetime
 
 from proxy.edge.auth import is_key, presented_key
 from proxy.kernel.config import ModelRoute
-from proxy.kernel.errors import AuthenticationFailed, ProxyError
-from proxy.kernel.tenancy import ADMIN, Limits, Principal
+from proxy.kernel.errors import AuthenticationFailed, InvalidRequest, ProxyError
+from proxy.kernel.tenancy import ADMIN, Limits, Principal, check_team
 from proxy.runtime.assembly import TurnRequest
 from proxy.runtime.trace_record import CallRecord
 from proxy.session.keys import KEY_PREFIX, expired, hash_key
@@ -126,16 +127,23 @@ class Tenants:
         store: Callable[[], SessionStore],
         cache_seconds: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
+        gateway: Gateway | None = None,
     ) -> None:
         self._master = master_key
+        self._gateway = gateway
         self.keys = KeyCache(store, cache_seconds, clock)
         self._clock = clock
         self._requests: dict[str, SlidingMinute] = {}
         self._tokens: dict[str, SlidingMinute] = {}
 
-    async def principal(self, headers: Mapping[str, str]) -> Principal:
-        """Who sent the request: the administrator (the master key, or anyone without a key when none is
-        set) or a live virtual key's team; ``AuthenticationFailed`` for anything else."""
+    async def principal(self, headers: Mapping[str, str], peer: str | None = None) -> Principal:
+        """Who sent the request: the team an authenticating gateway names (``Gateway``), the administrator
+        (the master key, or anyone without a key when none is set) or a live virtual key's team;
+        ``AuthenticationFailed`` for anything else. ``peer``: the address the request came from."""
+        if self._gateway is not None:
+            team = self._gateway.team(headers, peer)
+            if team is not None:
+                return Principal(team, f"gateway:{team}")
         return await self.resolve(presented_key(headers))
 
     async def resolve(self, given: str) -> Principal:
@@ -155,9 +163,9 @@ class Tenants:
             raise AuthenticationFailed("Invalid, revoked or expired API key.")
         return Principal(record.team, record.key_id, Limits(record.models, record.rpm, record.tpm))
 
-    async def administrator(self, headers: Mapping[str, str]) -> None:
+    async def administrator(self, headers: Mapping[str, str], peer: str | None = None) -> None:
         """Pass the master key only: a team's key gets 403 (the key API, ``/metrics``)."""
-        if not (await self.principal(headers)).admin:
+        if not (await self.principal(headers, peer)).admin:
             raise ProxyError("This needs the master key.", status=403, type="permission_error", code="admin_only")
 
     def allow_model(self, principal: Principal, route: ModelRoute) -> None:
@@ -205,6 +213,40 @@ class Tenants:
 
     def proxy_tool_calls(self, request: TurnRequest, tools: Sequence[str]) -> None:
         """Proxy-owned tools cost the provider nothing by themselves."""
+
+
+class Gateway:
+    """The team header of an authenticating gateway in front (``CONTEXT_PROXY_TEAM_HEADER``): believed only
+    with the gateway's shared secret (as ``x-context-proxy-gateway-secret``) or from the networks named."""
+
+    SECRET_HEADER = "x-context-proxy-gateway-secret"  # a credential's name: never recorded, traced or shown
+
+    def __init__(self, header: str, secret: str | None, networks: Sequence[str]) -> None:
+        self.header = header
+        self._secret = secret
+        self._networks = [ipaddress.ip_network(n, strict=False) for n in networks]
+
+    def team(self, headers: Mapping[str, str], peer: str | None) -> str | None:
+        """The team the request's header names (``None`` without one); 401 when the header is not the
+        gateway's, 400 for a name that is not a team's."""
+        named = headers.get(self.header, "").strip()
+        if not named:
+            return None
+        if not (is_key(headers.get(self.SECRET_HEADER, "").strip(), self._secret) or self._trusted(peer)):
+            raise AuthenticationFailed(f"{self.header} is accepted only from the gateway in front of this proxy.")
+        try:
+            return check_team(named)
+        except ValueError as exc:
+            raise InvalidRequest(str(exc), param=self.header) from None
+
+    def _trusted(self, peer: str | None) -> bool:
+        if peer is None:
+            return False
+        try:
+            address = ipaddress.ip_address(peer)
+        except ValueError:
+            return False
+        return any(address in network for network in self._networks)
 
 
 def sent_tokens(record: CallRecord) -> int:

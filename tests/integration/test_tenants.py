@@ -416,3 +416,41 @@ def test_two_teams_recordings_replay_as_two_sessions(
     replayed = replay([folder], proxy.settings)
     assert sorted(turn.context_id for turn in replayed) == ["team.alpha.shared"] * 2 + ["team.beta.shared"] * 2
     assert judge(replayed).summary() == "4 identical, 0 changed, 0 failed"
+
+
+def test_a_gateways_team_header_is_believed_only_with_its_secret_or_from_its_network(
+    start_proxy: Callable[..., ProxyHandle], provider: ProviderHandle
+) -> None:
+    secret = {"x-context-proxy-gateway-secret": "gw-shared-secret"}
+    proxy = start_proxy(master_key=MASTER, team_header="x-team", team_header_secret="gw-shared-secret")
+    gateway = proxy.client(api_key="not-a-key")  # the gateway authenticated the agent; it sends no key of ours
+    answer = gateway.chat.completions.with_raw_response.create(
+        model="test-model", messages=OPENING, extra_headers={"x-team": "alpha", "x-session-id": "s", **secret}
+    )
+    assert answer.headers["x-context-id"] == "team.alpha.s"
+    claude = proxy.anthropic_client(api_key="not-a-key")
+    message = claude.messages.with_raw_response.create(
+        model="test-model",
+        max_tokens=20,
+        messages=[{"role": "user", "content": "hi"}],
+        extra_headers={"x-team": "beta", "x-session-id": "s", **secret},
+    )
+    assert message.headers["x-context-id"] == "team.beta.s"
+    # A bare client naming a team: refused, the master key notwithstanding.
+    for client in (gateway, proxy.client(api_key=MASTER)):
+        with pytest.raises(openai.AuthenticationError):
+            client.chat.completions.create(model="test-model", messages=OPENING, extra_headers={"x-team": "alpha"})
+    with pytest.raises(openai.BadRequestError):
+        gateway.chat.completions.create(
+            model="test-model", messages=OPENING, extra_headers={"x-team": "Not A Team", **secret}
+        )
+    # A team named by the gateway is a team: not the administrator.
+    as_gateway = {"x-team": "alpha", **secret, "Authorization": f"Bearer {MASTER}"}
+    assert httpx.get(f"{proxy.url}/metrics", headers=as_gateway).status_code == 403
+    proxy.stop()
+
+    trusted = start_proxy(master_key=MASTER, team_header="x-team", team_header_from=("127.0.0.0/8",))
+    answer = trusted.client(api_key="none").chat.completions.with_raw_response.create(
+        model="test-model", messages=OPENING, extra_headers={"x-team": "alpha", "x-session-id": "s"}
+    )
+    assert answer.headers["x-context-id"] == "team.alpha.s"
