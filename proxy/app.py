@@ -18,11 +18,11 @@ from starlette.routing import Route
 
 from proxy.builder import Services
 from proxy.edge.answering import HANDLERS, answering
-from proxy.edge.auth import authorize
 from proxy.edge.recording import RecordingMiddleware
 from proxy.edge.request_reader import RequestReader
 from proxy.ingress.chat.adapter import ChatIngress
 from proxy.ingress.front_door import FrontDoor
+from proxy.ingress.key_admin import KeyAdmin
 from proxy.ingress.messages.adapter import MessagesIngress
 from proxy.ingress.responses.adapter import ResponsesIngress
 from proxy.kernel.config import Settings
@@ -57,7 +57,7 @@ def create_app(
     drain = Drain(settings.shutdown_grace_seconds)
     heap = HeapTrimmer(glibc_trim(), keep_freed=glibc_keep_freed)  # what large requests free (process/heap_trim.py)
     reader = RequestReader(settings.max_request_bytes, on_body=heap.note_body)
-    front = FrontDoor(settings, services.ready, reader, drain)
+    front = FrontDoor(settings, services.ready, reader, drain, services.tenants)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -73,12 +73,13 @@ def create_app(
             heap.stop()
             await services.stop()
 
-    inspector = Inspector(settings.resolved_trace_dir, settings.master_key, settings.trace_enabled)
+    inspector = Inspector(settings.resolved_trace_dir, settings.master_key, settings.trace_enabled, services.tenants)
     routes = [
         *ChatIngress(front).routes(),
         *ResponsesIngress(front).routes(),
         *MessagesIngress(front).routes(),
         *_operator_routes(settings, services),
+        *KeyAdmin(services.tenants, services.opened_store, reader).routes(),
         *inspector.routes(wrap=answering),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=HANDLERS)
@@ -90,18 +91,20 @@ def create_app(
 
 
 def _operator_routes(settings: Settings, services: Services) -> list[Route]:
-    """The model list, the metrics and the health checks (these need no key)."""
+    """The model list (a team's key sees the models it may use), the metrics (the master key only) and the
+    health checks (these need no key)."""
 
     async def list_models(request: Request) -> Response:
-        authorize(request.headers, settings.master_key)
+        allowed = (await services.tenants.principal(request.headers, _peer(request))).limits.models
         data = [
             {"id": route.model_name, "object": "model", "created": 0, "owned_by": "context-proxy"}
             for route in settings.models
+            if not allowed or route.model_name in allowed
         ]
         return JSONAnswer({"object": "list", "data": data})
 
     async def metrics(request: Request) -> Response:
-        authorize(request.headers, settings.master_key)
+        await services.tenants.administrator(request.headers, _peer(request))
         return Response(services.telemetry.metrics.render(), media_type=CONTENT_TYPE)
 
     async def liveliness(request: Request) -> Response:
@@ -123,3 +126,8 @@ def _operator_routes(settings: Settings, services: Services) -> list[Route]:
         Route("/health/liveliness", liveliness, methods=["GET"]),
         Route("/health/readiness", answering(readiness), methods=["GET"]),
     ]
+
+
+def _peer(request: Request) -> str | None:
+    """The address a request came from (what a trusted gateway's network is checked against)."""
+    return request.client.host if request.client else None

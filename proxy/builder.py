@@ -32,6 +32,7 @@ from proxy.context.registry import (
 )
 from proxy.context.state import StateConfig
 from proxy.context.types import SCOPES
+from proxy.ingress.tenants import Gateway, Tenants
 from proxy.kernel.config import ConfigError, ModelRoute, Settings
 from proxy.kernel.errors import ProxyError
 from proxy.kernel.usage import no_prices
@@ -41,7 +42,7 @@ from proxy.provider.recording import Recorder
 from proxy.runtime.assembly import Assembler
 from proxy.runtime.calibration import TokenCalibrator
 from proxy.runtime.limits import ModelMapLookup, check_route_limits, resolve_limits
-from proxy.runtime.observers import CallObserver
+from proxy.runtime.observers import CallObserver, Observers
 from proxy.runtime.proxy_tools import ProxyToolbox, ReadToolOutput
 from proxy.runtime.service import TurnService
 from proxy.runtime.session_assembler import SessionAssembler
@@ -78,10 +79,23 @@ class Services:
         self._owns_backend = backend is None
         self._assembler = assembler
         # Spans go to ``tracer_provider``, else to OTEL_EXPORTER_OTLP_ENDPOINT when set (observe/telemetry.py).
-        self.telemetry = Telemetry.build(tracer_provider, os.environ)
+        self.telemetry = Telemetry.build(tracer_provider, os.environ, settings.metrics_teams)
         # Record and replay: off unless a record folder is set, then nothing is wrapped.
         self.recorder = Recorder(settings.record_dir) if settings.record_dir is not None else None
         self.service: TurnService | None = None
+        # Who a request is, and its key's limits; it also counts what each key's model calls sent.
+        gateway = (
+            Gateway(settings.team_header, settings.team_header_secret, settings.team_header_from)
+            if settings.team_header
+            else None
+        )
+        self.tenants = Tenants(settings.master_key, self.opened_store, settings.key_cache_seconds, gateway=gateway)
+
+    def opened_store(self) -> SessionStore:
+        """The store, or the 503 ``starting`` while the app has not opened it yet."""
+        if self.store is None or self.service is None:
+            raise ProxyError("The proxy is still starting.", status=503, code="starting")
+        return self.store
 
     def ready(self) -> TurnService:
         """The turn service, or the 503 ``starting`` while the app has not built it yet."""
@@ -104,7 +118,13 @@ class Services:
         model_map = getattr(self.backend, "model_map_limits", _unknown_model)
         framing_secret = settings.framing_secret or await self.store.secret(SECRET_NAME)
         self.service = build_service(
-            settings, self.store, self.backend, model_map, framing_secret, self._assembler, self.telemetry.observer
+            settings,
+            self.store,
+            self.backend,
+            model_map,
+            framing_secret,
+            self._assembler,
+            Observers([self.telemetry.observer, self.tenants]),
         )
         if self.recorder is not None:
             self.recorder.framing_nonce = self.service.framing_nonce

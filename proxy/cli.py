@@ -1,4 +1,4 @@
-"""``context-proxy serve | routes | sessions | replay | report | demo | examples`` (also ``python -m proxy``)."""
+"""``context-proxy serve | routes | sessions | keys | replay | report | demo | examples`` (also ``python -m proxy``)."""
 
 from __future__ import annotations
 
@@ -46,6 +46,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     deleting.add_argument("context_id", metavar="CONTEXT_ID", help="as `sessions list` prints it")
     deleting.add_argument("--config", type=Path, help="litellm-proxy style YAML with a model_list")
+    key_commands = commands.add_parser("keys", help="create, list, rotate or revoke the teams' virtual keys")
+    key_actions = key_commands.add_subparsers(dest="action", required=True)
+    creating = key_actions.add_parser("create", help="make a key for a team and print it (shown once)")
+    creating.add_argument("--team", required=True, help="the team the key's sessions belong to")
+    creating.add_argument("--models", nargs="+", default=[], help="the model names it may use (default: all)")
+    creating.add_argument("--max-requests-per-minute", type=int, help="requests per minute (default: no limit)")
+    creating.add_argument("--max-tokens-per-minute", type=int, help="tokens sent per minute (default: no limit)")
+    creating.add_argument("--expires", help="a duration (30d, 12h, 90m) or an ISO 8601 time (default: never)")
+    creating.add_argument("--alias", help="a name for the key, usable instead of its id")
+    key_actions.add_parser("list", help="every key's id, team, limits and state (never the key)")
+    for verb, what in (("rotate", "print a new key for it; the old one stops"), ("revoke", "stop it")):
+        acting = key_actions.add_parser(verb, help=f"name a key (id, alias, the key or its hash) and {what}")
+        acting.add_argument("key", metavar="KEY")
+    for action in key_actions.choices.values():
+        action.add_argument("--config", type=Path, help="litellm-proxy style YAML with a model_list")
     replay = commands.add_parser("replay", help="replay recorded sessions through this build and configuration")
     replay.add_argument("folders", type=Path, nargs="+", help="record folders (one per replica)")
     replay.add_argument("--config", type=Path, help="the configuration to replay with (YAML with a model_list)")
@@ -60,9 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     report = commands.add_parser("report", help="write a self-contained HTML report of a trace folder")
     report.add_argument("--traces", type=Path, required=True, help="the trace folder (SCIENCE_AGENT_CONTEXT_TRACE_DIR)")
     report.add_argument("--out", type=Path, required=True, help="the HTML file to write")
+    report.add_argument("--team", help="only this team's sessions (`default`: the master key's)")
     args = parser.parse_args(argv)
     if args.command == "report":
-        return _report(args.traces, args.out)
+        return _report(args.traces, args.out, args.team)
     prepare_offline_environment()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -82,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
 
             settings = Settings.from_env(config_path=args.config)
             return list_sessions(settings) if args.action == "list" else delete_session(settings, args.context_id)
+        if args.command == "keys":
+            return _keys(args, Settings.from_env(config_path=args.config))
         if args.command == "replay":
             from proxy.replay.command import run_replay
 
@@ -98,6 +116,24 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def _keys(args: argparse.Namespace, settings: Settings) -> int:
+    from proxy.admin import keys
+
+    if args.action == "create":
+        return keys.create_key(
+            settings,
+            args.team,
+            [m for given in args.models for m in given.split(",") if m],
+            args.max_requests_per_minute,
+            args.max_tokens_per_minute,
+            args.expires,
+            args.alias,
+        )
+    if args.action == "list":
+        return keys.list_keys(settings)
+    return (keys.rotate_key if args.action == "rotate" else keys.revoke_key)(settings, args.key)
+
+
 def _routes(settings: Settings) -> int:
     """One line per route: the name clients ask for, litellm's model, the API it speaks and why."""
     if not settings.models:
@@ -108,11 +144,11 @@ def _routes(settings: Settings) -> int:
     return 0
 
 
-def _report(traces: Path, out: Path) -> int:
+def _report(traces: Path, out: Path, team: str | None = None) -> int:
     from proxy.report.build import write_report
 
     try:
-        result = write_report(traces, out)
+        result = write_report(traces, out, team=team)
     except OSError as exc:
         print(f"context-proxy report: {exc}", file=sys.stderr)
         return 2

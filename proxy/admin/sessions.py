@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from proxy.kernel.config import ConfigError, Settings
+from proxy.kernel.tenancy import trace_folder
 from proxy.session import SQLITE_FILE_NAME, DataFolderInUse, SessionStore, open_store
 from proxy.session.store import SessionSummary, StoreError
 
@@ -26,7 +27,7 @@ FAILED = 2  # exit code: the configuration or the store failed
 
 def list_sessions(settings: Settings) -> int:
     """Print each stored session: context id, scope, message count (every branch), last update."""
-    found: list[SessionSummary] = _with_store(settings, lambda store: store.sessions()) or []
+    found: list[SessionSummary] = with_store(settings, lambda store: store.sessions()) or []
     for summary in found:
         count = f"{summary.messages} message" + ("" if summary.messages == 1 else "s")
         print(f"{summary.context_id}\t{summary.scope}\t{count}\t{summary.updated_at}")
@@ -40,12 +41,13 @@ def delete_session(settings: Settings, context_id: str) -> int:
     if context_id in ("", ".", "..") or Path(context_id).name != context_id:
         # The id names folders below; one that is not a single folder name could reach outside them.
         raise ConfigError(f"CONTEXT_ID {context_id!r} is not a context id (a single folder name)")
-    deleted = _with_store(settings, lambda store: store.delete_session(context_id))
+    deleted = with_store(settings, lambda store: store.delete_session(context_id))
     removed = 0
     if deleted:
         print(f"deleted session {context_id} from {_describe(settings)}")
         removed += 1
-    folders = [("trace", settings.resolved_trace_dir)]
+    # A team's traces are in the team's folder; recordings are named by the context id alone.
+    folders = [("trace", settings.resolved_trace_dir / trace_folder(context_id).parent)]
     if settings.record_dir is not None:
         folders.append(("recording", settings.record_dir))
     for kind, root in folders:
@@ -70,9 +72,10 @@ def delete_session(settings: Settings, context_id: str) -> int:
     return 0
 
 
-def _with_store(settings: Settings, work: Callable[[SessionStore], Awaitable[T]]) -> T | None:
-    """``work`` on the opened store, closed after; ``None`` when there is no SQLite store to open."""
-    if not settings.store_url and not (settings.data_dir / SQLITE_FILE_NAME).exists():
+def with_store(settings: Settings, work: Callable[[SessionStore], Awaitable[T]], *, create: bool = False) -> T | None:
+    """``work`` on the opened store, closed after; ``None`` when there is no SQLite store to open (unless
+    ``create``: then it is made, as ``serve`` would)."""
+    if not create and not settings.store_url and not (settings.data_dir / SQLITE_FILE_NAME).exists():
         return None  # opening would create an empty store where the operator likely expected one
     try:
         store = open_store(settings.store_url, settings.data_dir, settings.session_lock_seconds)

@@ -1,22 +1,22 @@
-"""Authentication at the edge: the master key, as ``Authorization: Bearer <key>`` or ``x-api-key: <key>``."""
+"""Authentication at the edge: the key a request carries, as ``Authorization: Bearer <key>`` or ``x-api-key: <key>``.
+
+Whose key it is (the master key, a team's virtual key) is decided by ``proxy/ingress/tenants.py``.
+"""
 
 from __future__ import annotations
 
 import hmac
 from collections.abc import Mapping
 
-from proxy.kernel.errors import AuthenticationFailed
 
-
-def authorize(headers: Mapping[str, str], master_key: str | None) -> None:
-    """Pass a request carrying the master key (any request when none is set); ``AuthenticationFailed`` else."""
-    if master_key is None:
-        return
-    key = master_key.encode()
+def presented_key(headers: Mapping[str, str]) -> str:
+    """The key a request carries ("" if none); Anthropic clients send theirs as ``x-api-key``."""
     scheme, _, token = headers.get("authorization", "").partition(" ")
-    if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key):
-        return
-    # Anthropic clients send their key as x-api-key (DESIGN.md's interface accepts both).
-    if hmac.compare_digest(headers.get("x-api-key", "").strip().encode(), key):
-        return
-    raise AuthenticationFailed("Missing or invalid API key: send Authorization: Bearer <key> or x-api-key: <key>.")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    return headers.get("x-api-key", "").strip()
+
+
+def is_key(given: str, key: str | None) -> bool:
+    """Is ``given`` the key ``key`` (compared in constant time; never when ``key`` is unset)?"""
+    return key is not None and bool(given) and hmac.compare_digest(given.encode(), key.encode())

@@ -15,11 +15,12 @@ from typing import Any
 
 from starlette.requests import Request
 
-from proxy.edge.auth import authorize
 from proxy.edge.request_reader import RequestReader
 from proxy.ingress.identify import identify
+from proxy.ingress.tenants import Tenants
 from proxy.kernel.config import Mode, ModelRoute, Settings
 from proxy.kernel.errors import InvalidRequest, ModelNotFound, ProxyError
+from proxy.kernel.tenancy import Principal
 from proxy.process.drain import Drain
 from proxy.runtime.answers import TurnResult
 from proxy.runtime.native import NativeRequest
@@ -33,10 +34,18 @@ class FrontDoor:
     """The shared steps of the three ingresses; ``service`` returns the turn service once the app has
     started (before that it raises the 503 ``starting``)."""
 
-    def __init__(self, settings: Settings, service: Callable[[], TurnService], reader: RequestReader, drain: Drain):
+    def __init__(
+        self,
+        settings: Settings,
+        service: Callable[[], TurnService],
+        reader: RequestReader,
+        drain: Drain,
+        tenants: Tenants,
+    ):
         self.settings = settings
         self.reader = reader
         self.drain = drain
+        self.tenants = tenants
         self._service = service
 
     @property
@@ -45,9 +54,9 @@ class FrontDoor:
         still gets its 4xx while the app starts)."""
         return self._service()
 
-    def authorize(self, request: Request) -> None:
-        """Refuse a request without the master key (when one is set)."""
-        authorize(request.headers, self.settings.master_key)
+    async def authorize(self, request: Request) -> Principal:
+        """Who sent the request (the master key's administrator or a team's key); 401 for anyone else."""
+        return await self.tenants.principal(request.headers, request.client.host if request.client else None)
 
     def mode(self, request: Request) -> Mode:
         """The operator's mode, or shadow/legacy chosen per request when the operator allows it (debugging)."""
@@ -60,16 +69,23 @@ class FrontDoor:
             )
         return asked  # type: ignore[return-value]  # one of the three, checked above
 
-    def route(self, model: str) -> ModelRoute:
-        """The route a client's model name names; 404 ``model_not_found`` for one that is not configured."""
+    def route(self, model: str, principal: Principal) -> ModelRoute:
+        """The route a client's model name names; 404 ``model_not_found`` for one that is not configured,
+        403 for one the key may not use."""
         route = self.settings.route(model)
         if route is None:
             raise ModelNotFound(f"The model {model!r} does not exist or you do not have access to it.", param="model")
+        self.tenants.allow_model(principal, route)
         return route
 
-    def identify(self, headers: Mapping[str, str], body: Mapping[str, Any]) -> SessionIdentity:
-        """The session and scope of a request (``proxy/ingress/identify.py``)."""
-        return identify(headers, body)
+    def admit(self, principal: Principal) -> None:
+        """Count a request that will run a turn against its key's rate limits: 429 with ``retry-after`` when
+        they are used up, before the turn stores anything or calls the provider."""
+        self.tenants.admit(principal)
+
+    def identify(self, headers: Mapping[str, str], body: Mapping[str, Any], principal: Principal) -> SessionIdentity:
+        """The session and scope of a request (``proxy/ingress/identify.py``), within the principal's team."""
+        return identify(headers, body, principal)
 
     async def run(
         self,

@@ -19,19 +19,22 @@ from typing import Any
 
 from proxy.kernel.canonical import canonical_message, stable_json
 from proxy.kernel.errors import InvalidRequest
+from proxy.kernel.tenancy import ADMIN, Principal
 from proxy.runtime.session_identity import SCOPES, Scope, SessionIdentity
 
 _SAFE_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
 _VENDOR_SESSION_HEADER = re.compile(r"x-[a-z0-9]+(?:-[a-z0-9]+)*-session-id")
 
 
-def identify(headers: Mapping[str, str], body: Mapping[str, Any]) -> SessionIdentity:
-    """Resolve the session of a validated request; raises ``InvalidRequest`` for a bad scope."""
+def identify(headers: Mapping[str, str], body: Mapping[str, Any], principal: Principal = ADMIN) -> SessionIdentity:
+    """Resolve the session of a validated request within the principal's team (a team's key names its
+    sessions ``team.<team>.<id>``, ``proxy/kernel/tenancy.py``); raises ``InvalidRequest`` for a bad scope."""
     scope = _scope(headers)
     given, source = _given_session_id(headers, body)
     if given is not None:
-        return SessionIdentity(context_id=_folder_safe(given), source=source, scope=scope)
-    return SessionIdentity(context_id=_fingerprint(body.get("messages") or []), source="fingerprint", scope=scope)
+        return SessionIdentity(context_id=principal.context_id(_folder_safe(given)), source=source, scope=scope)
+    fingerprint = _fingerprint(body.get("messages") or [])
+    return SessionIdentity(context_id=principal.context_id(fingerprint), source="fingerprint", scope=scope)
 
 
 def _scope(headers: Mapping[str, str]) -> Scope:

@@ -6,7 +6,9 @@ and the bad value; nothing downstream re-validates.
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -170,6 +172,15 @@ class Settings:
     summary_max_attempts: int = 2
     summary_max_rounds: int = 3
     summary_retry_after_messages: int = 20
+    # Teams: how long a virtual key is served from memory before the store is asked again (the bound on
+    # a revocation reaching every replica), and how many of the busiest teams get their own metrics label.
+    key_cache_seconds: int = 5
+    metrics_teams: int = 10
+    # Behind an authenticating gateway: the header naming a request's team, trusted only with the gateway's
+    # shared secret (sent as GATEWAY_SECRET_HEADER) or from the networks named (never from a bare client).
+    team_header: str | None = None
+    team_header_secret: str | None = None
+    team_header_from: tuple[str, ...] = ()
 
     @property
     def resolved_trace_dir(self) -> Path:
@@ -264,6 +275,7 @@ class Settings:
             max_tool_rounds=_positive(env, "SCIENCE_AGENT_CONTEXT_MAX_TOOL_ROUNDS") or cls.max_tool_rounds,
             allow_mode_header=_flag(env, "CONTEXT_PROXY_ALLOW_MODE_HEADER"),
             allow_unauthenticated=_flag(env, "CONTEXT_PROXY_ALLOW_UNAUTHENTICATED"),
+            **_team_header(env),
             max_history_messages=_positive(env, "SCIENCE_AGENT_CONTEXT_MAX_MESSAGES"),
             prompt_percent=_percent(env, "SCIENCE_AGENT_CONTEXT_PROMPT_PERCENT", cls.prompt_percent),
             message_percent=_percent(env, "SCIENCE_AGENT_CONTEXT_MESSAGE_PERCENT", cls.message_percent),
@@ -276,6 +288,12 @@ class Settings:
             summary_max_rounds=_bounded(
                 env, "SCIENCE_AGENT_SUMMARY_MAX_ROUNDS", cls.summary_max_rounds, MAX_SUMMARY_ROUNDS, _MODEL_CALLS
             ),
+            key_cache_seconds=_bounded(
+                env, "CONTEXT_PROXY_KEY_CACHE_SECONDS", cls.key_cache_seconds, 300, "a revoked key would work too long"
+            ),
+            metrics_teams=_bounded(
+                env, "CONTEXT_PROXY_METRICS_TEAMS", cls.metrics_teams, 1000, "too many series for Prometheus"
+            ),
             summary_retry_after_messages=_bounded(
                 env,
                 "SCIENCE_AGENT_SUMMARY_RETRY_AFTER_MESSAGES",
@@ -284,6 +302,26 @@ class Settings:
                 "a failed summarization would practically never be tried again",
             ),
         )
+
+
+def _team_header(env: Mapping[str, str]) -> dict[str, Any]:
+    """``CONTEXT_PROXY_TEAM_HEADER`` and what makes it trusted: a secret, or the gateway's networks."""
+    header = env.get("CONTEXT_PROXY_TEAM_HEADER", "").strip().lower() or None
+    secret = env.get("CONTEXT_PROXY_TEAM_HEADER_SECRET", "").strip() or None
+    networks = tuple(n.strip() for n in env.get("CONTEXT_PROXY_TEAM_HEADER_FROM", "").split(",") if n.strip())
+    for network in networks:
+        try:
+            ipaddress.ip_network(network, strict=False)
+        except ValueError:
+            raise ConfigError(f"CONTEXT_PROXY_TEAM_HEADER_FROM: {network!r} is not an address or a network") from None
+    if header is not None and secret is None and not networks:
+        raise ConfigError(
+            f"CONTEXT_PROXY_TEAM_HEADER={header!r} needs CONTEXT_PROXY_TEAM_HEADER_SECRET or "
+            "CONTEXT_PROXY_TEAM_HEADER_FROM: a team header from a bare client would name any team"
+        )
+    if header is not None and not re.fullmatch(r"[a-z0-9-]{1,64}", header):
+        raise ConfigError(f"CONTEXT_PROXY_TEAM_HEADER={header!r} is not a header name")
+    return {"team_header": header, "team_header_secret": secret, "team_header_from": networks}
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

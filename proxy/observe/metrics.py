@@ -10,6 +10,9 @@ are the provider's own figures for its prompt cache (``proxy/kernel/usage.py``).
 
 Each app has its own ``CollectorRegistry``: nothing is registered in prometheus_client's global one, so
 several apps (tests, replay) live in one process without sharing or colliding.
+
+Requests and prompt tokens carry a ``team`` label (``default`` for the master key's sessions), bounded by
+``CONTEXT_PROXY_METRICS_TEAMS``: the busiest teams by name, the rest as ``other`` (``team_labels.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from proxy.observe.call_facts import (
     status,
     summarizer_calls,
 )
+from proxy.observe.team_labels import TeamLabels
 from proxy.runtime.assembly import TurnRequest
 from proxy.runtime.trace_record import CallRecord
 
@@ -43,20 +47,21 @@ _PROVIDER_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0
 class PrometheusMetrics:
     """The proxy's counters and histograms in a registry of their own; a ``CallObserver``."""
 
-    def __init__(self) -> None:
+    def __init__(self, teams: int = 10) -> None:
+        self.teams = TeamLabels(teams)  # the ``team`` label: the ``teams`` busiest by name, the rest ``other``
         self.registry = CollectorRegistry(auto_describe=True)
         registry = self.registry
         self.requests = Counter(
             "context_proxy_requests",
             "Model calls made for clients (proxy tool rounds and overflow retries included), by outcome.",
-            ("mode", "scope", "endpoint", "status"),
+            ("mode", "scope", "endpoint", "status", "team"),
             registry=registry,
         )
         self.prompt_tokens = Counter(
             "context_proxy_prompt_tokens",
             "Prompt tokens per model call: the client's request, what was sent, the candidate (estimates), and what "
             "the provider read from (cache_read) and wrote to (cache_write) its prompt cache (its own figures).",
-            ("kind",),
+            ("kind", "team"),
             registry=registry,
         )
         self.compactions = Counter(
@@ -112,21 +117,26 @@ class PrometheusMetrics:
         if not made_model_call(record):
             return
         request = record.request
+        team = self.teams.label(request.identity.context_id)
         self.requests.labels(
-            mode=request.mode, scope=request.identity.scope, endpoint=endpoint(record), status=str(status(record))
+            mode=request.mode,
+            scope=request.identity.scope,
+            endpoint=endpoint(record),
+            status=str(status(record)),
+            team=team,
         ).inc()
         self.provider_seconds.observe((record.provider_ms or 0.0) / 1000)
-        self.prompt_tokens.labels(kind="client").inc(record.client_tokens)
+        self.prompt_tokens.labels(kind="client", team=team).inc(record.client_tokens)
         candidate = self._candidate_tokens(record)
         # Dynamic mode sends the candidate; shadow and legacy forward the client's request.
         sent = candidate if record.request.mode == "dynamic" and candidate is not None else record.client_tokens
-        self.prompt_tokens.labels(kind="sent").inc(sent)
+        self.prompt_tokens.labels(kind="sent", team=team).inc(sent)
         if candidate is not None:
-            self.prompt_tokens.labels(kind="candidate").inc(candidate)
+            self.prompt_tokens.labels(kind="candidate", team=team).inc(candidate)
         usage = ProviderUsage.of(record.usage)
         if usage is not None:  # the provider's own figures: what it read from and wrote to its prompt cache
-            self.prompt_tokens.labels(kind="cache_read").inc(usage.cache_read_tokens)
-            self.prompt_tokens.labels(kind="cache_write").inc(usage.cache_write_tokens)
+            self.prompt_tokens.labels(kind="cache_read", team=team).inc(usage.cache_read_tokens)
+            self.prompt_tokens.labels(kind="cache_write", team=team).inc(usage.cache_write_tokens)
 
     def proxy_tool_calls(self, request: TurnRequest, tools: Sequence[str]) -> None:
         """Count the proxy-owned tools run for a model call."""

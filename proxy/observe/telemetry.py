@@ -33,9 +33,10 @@ class Telemetry:
         self._owned_provider = owned_provider
 
     @classmethod
-    def build(cls, tracer_provider: TracerProvider | None, environ: Mapping[str, str]) -> Telemetry:
-        """Metrics, plus spans to ``tracer_provider`` or, without one, to the OTLP endpoint ``environ`` names."""
-        metrics = PrometheusMetrics()
+    def build(cls, tracer_provider: TracerProvider | None, environ: Mapping[str, str], teams: int = 10) -> Telemetry:
+        """Metrics (``teams`` of them labelled by name), plus spans to ``tracer_provider`` or, without one, to
+        the OTLP endpoint ``environ`` names."""
+        metrics = PrometheusMetrics(teams)
         observers: list[CallObserver] = [metrics]
         owned = None
         if tracer_provider is None and environ.get(ENDPOINT_VARIABLE):

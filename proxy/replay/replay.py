@@ -27,6 +27,7 @@ from proxy.context.nonce import session_nonce
 from proxy.kernel.config import Settings
 from proxy.kernel.errors import ContextOverflow, ProviderError, ProxyError
 from proxy.kernel.route_api import Api
+from proxy.kernel.tenancy import DEFAULT_TEAM, team_of
 from proxy.provider.call_tag import current_tag, take_shadow_candidate
 from proxy.provider.cassette import Exchange, RecordedRequest, read_recordings
 from proxy.provider.chunks import accumulate, synthesize
@@ -256,7 +257,7 @@ def replay(folders: list[Path], settings: Settings, timeout: float = 120.0) -> l
                 response = client.request(
                     recorded.method,
                     ids.forward(recorded.path),
-                    headers={**recorded.headers, "content-type": "application/json"},
+                    headers=_replayed_headers(recorded),
                     content=ids.forward(body).encode("utf-8"),
                 )
                 ids.learn(recorded.answer, response.text)
@@ -273,3 +274,14 @@ def replay(folders: list[Path], settings: Settings, timeout: float = 120.0) -> l
                     )
                 )
     return replays
+
+
+def _replayed_headers(recorded: RecordedRequest) -> dict[str, str]:
+    """The recorded headers for the replay's unauthenticated app. A team's request was identified within
+    its team's key, which the recording does not keep; replay names its session outright (the
+    administrator may name any session), so two teams' sessions of one id stay two sessions."""
+    headers = {**recorded.headers, "content-type": "application/json"}
+    if team_of(recorded.context_id) != DEFAULT_TEAM:
+        headers = {k: v for k, v in headers.items() if k.lower() != "x-session-id"}
+        headers["x-session-id"] = recorded.context_id
+    return headers

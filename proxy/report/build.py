@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from proxy.kernel.tenancy import team_of
 from proxy.report.page import static_report
 from proxy.report.progress import ProgressBar
 from proxy.report.traces import TraceFolder, trace_files
@@ -55,17 +56,23 @@ def _fit(folder: TraceFolder, budget: int) -> None:
             table.recap(cap)
 
 
-def write_report(traces: Path, out: Path, stderr: TextIO | None = None, cap: int = STATIC_TEXT_CAP) -> ReportResult:
-    """Read ``traces`` and write the report page to ``out`` (the progress bar on ``stderr``)."""
+def write_report(
+    traces: Path, out: Path, stderr: TextIO | None = None, cap: int = STATIC_TEXT_CAP, team: str | None = None
+) -> ReportResult:
+    """Read ``traces`` and write the report page to ``out`` (the progress bar on ``stderr``); with ``team``,
+    only that team's sessions (``default``: the master key's)."""
     started = time.perf_counter()
     if not traces.is_dir():
         raise FileNotFoundError(f"no trace folder at {traces}")
     files = trace_files(traces)
+    if team is not None:  # a session's folder is named by its context id, which names its team
+        files = [path for path in files if team_of(path.parent.name) == team]
     progress = ProgressBar(stderr or sys.stderr, len(files), "reading traces")
     folder = read_folder(traces, files, with_details=True, cap=cap, progress=progress)
     progress.finish(f", {len(folder.unreadable)} unreadable" if folder.unreadable else "")
     _fit(folder, VALUES_BUDGET)
-    page = static_report(folder, f"Context proxy report: {traces.name}").encode("utf-8")
+    title = f"Context proxy report: {traces.name}" + (f", team {team}" if team is not None else "")
+    page = static_report(folder, title).encode("utf-8")
     out.parent.mkdir(parents=True, exist_ok=True)
     # The page holds what the traces hold (prompts, tool results): private like them.
     fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -1,4 +1,5 @@
-"""Per-turn trace files: ``<trace-dir>/<context-id>/turn-0001.json`` (0600, folders 0700).
+"""Per-turn trace files: ``<trace-dir>/<context-id>/turn-0001.json``, a team's under
+``<trace-dir>/teams/<team>/<context-id>/`` (files 0600, folders 0700).
 
 Traces hold user messages, tool results and full prompts: private local debugging data. Credentials
 are removed from the recorded ``llmInput`` before anything is written (``redaction.py``).
@@ -17,6 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from proxy.kernel.tenancy import trace_folder
 from proxy.provider.redaction import redact_llm_input
 
 __all__ = ["SCHEMA_VERSION", "TraceWriter", "redact_llm_input", "trace_file_name"]
@@ -42,7 +44,7 @@ class TraceWriter:
     def write(self, context_id: str, turn: int, record: dict[str, Any], recovery: int = 0) -> Path | None:
         """Write ``record`` atomically (never over an earlier file of another attempt) and return its path;
         ``None`` (logged, counted) when it could not be written."""
-        folder = self.root / context_id
+        folder = self.root / trace_folder(context_id)  # a team's under teams/<team>/
         path = folder / trace_file_name(turn, recovery)
         temporary = folder / f".{path.name}.tmp"
         try:
@@ -50,8 +52,8 @@ class TraceWriter:
             text = json.dumps({"schemaVersion": SCHEMA_VERSION, **record}, ensure_ascii=False, indent=1, default=str)
             data = text.encode("utf-8")
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            os.chmod(self.root, 0o700)
-            os.chmod(folder, 0o700)
+            for made in (self.root, *reversed(folder.relative_to(self.root).parents[:-1]), folder):
+                os.chmod(self.root / made, 0o700)
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)

@@ -21,6 +21,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import asyncpg
 
 from proxy.kernel.canonical import HistoryEntry
+from proxy.session import keys as key_rows
 from proxy.session import postgres_calibration as calibrations
 from proxy.session import postgres_sessions as whole_sessions
 from proxy.session import reconcile as rc
@@ -30,6 +31,7 @@ from proxy.session.store import (
     SECRET_BYTES,
     BranchView,
     CalibrationUpdate,
+    KeyRecord,
     Reconciliation,
     SessionSummary,
     SkillRef,
@@ -370,6 +372,52 @@ class PostgresSessionStore:
         """Read, update and write the route's calibration with its row locked; trim the group to ``keep``."""
         pending = CalibrationUpdate(route_key, group, update, keep)
         return await self._write(lambda conn: calibrations.update(conn, pending))
+
+    async def put_key(self, record: KeyRecord) -> None:
+        """Store a new virtual key's row (its hash, never the key)."""
+        values = key_rows.row_values(record)
+
+        async def work(conn: Any) -> None:
+            try:
+                await conn.execute(
+                    f"INSERT INTO virtual_keys ({key_rows.COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)", *values
+                )
+            except asyncpg.UniqueViolationError as exc:
+                raise StoreError(f"key {record.key_id!r} exists already") from exc
+
+        await self._write(work)
+
+    async def key_by_hash(self, key_hash: str) -> KeyRecord | None:
+        """The key whose current hash is ``key_hash``, or ``None``."""
+        row = await self._read(
+            lambda conn: conn.fetchrow(f"SELECT {key_rows.COLUMNS} FROM virtual_keys WHERE key_hash = $1", key_hash)
+        )
+        return None if row is None else key_rows.from_row(dict(row))
+
+    async def keys(self) -> list[KeyRecord]:
+        """Every virtual key, oldest first."""
+        rows = await self._read(
+            lambda conn: conn.fetch(f"SELECT {key_rows.COLUMNS} FROM virtual_keys ORDER BY created_at, key_id")
+        )
+        return [key_rows.from_row(dict(row)) for row in rows]
+
+    async def rotate_key(self, key_id: str, new_hash: str) -> bool:
+        """Replace a live key's hash."""
+        status = await self._write(
+            lambda conn: conn.execute(
+                "UPDATE virtual_keys SET key_hash = $2 WHERE key_id = $1 AND revoked_at IS NULL", key_id, new_hash
+            )
+        )
+        return str(status).endswith(" 1")
+
+    async def revoke_key(self, key_id: str, revoked_at: str) -> bool:
+        """Mark a live key revoked."""
+        status = await self._write(
+            lambda conn: conn.execute(
+                "UPDATE virtual_keys SET revoked_at = $2 WHERE key_id = $1 AND revoked_at IS NULL", key_id, revoked_at
+            )
+        )
+        return str(status).endswith(" 1")
 
 
 def split_url_options(url: str) -> tuple[str, dict[str, str]]:

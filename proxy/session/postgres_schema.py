@@ -92,12 +92,29 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         );
         """,
     ),
+    (
+        4,
+        """
+        CREATE TABLE virtual_keys (
+            key_id text PRIMARY KEY,
+            key_hash text NOT NULL UNIQUE,
+            team text NOT NULL,
+            alias text,
+            models text NOT NULL,
+            rpm integer,
+            tpm integer,
+            expires_at text,
+            created_at text NOT NULL,
+            revoked_at text
+        );
+        """,
+    ),
 )
 
 
 # Every table with rows of one session, the session's own row last (the others refer to it): what
 # deleting a session deletes. A migration that adds such a table adds it here; the shared tables
-# (``proxy_secrets``, ``token_calibration``) are not a session's. The store tests check the schema
+# (``proxy_secrets``, ``token_calibration``, ``virtual_keys``) are not a session's. The store tests check the schema
 # against this list.
 SESSION_TABLES = (
     "messages",

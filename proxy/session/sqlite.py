@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from proxy.kernel.canonical import HistoryEntry
+from proxy.session import keys as key_rows
 from proxy.session import reconcile as rc
 from proxy.session import sqlite_calibration as calibrations
 from proxy.session import sqlite_sessions as whole_sessions
@@ -33,6 +34,7 @@ from proxy.session.store import (
     SECRET_BYTES,
     BranchView,
     CalibrationUpdate,
+    KeyRecord,
     Reconciliation,
     SessionSummary,
     SkillRef,
@@ -395,6 +397,61 @@ class SqliteSessionStore:
         """Read, update and write the route's calibration under the one writer; trim the group to ``keep``."""
         pending = CalibrationUpdate(route_key, group, update, keep)
         return await self._w().write(lambda conn: calibrations.update(conn, pending, _now()))
+
+    async def put_key(self, record: KeyRecord) -> None:
+        """Store a new virtual key's row (its hash, never the key)."""
+
+        def work(conn: sqlite3.Connection) -> None:
+            try:
+                conn.execute(
+                    f"INSERT INTO virtual_keys ({key_rows.COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    key_rows.row_values(record),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise StoreError(f"key {record.key_id!r} exists already") from exc
+
+        await self._w().write(work)
+
+    async def key_by_hash(self, key_hash: str) -> KeyRecord | None:
+        """The key whose current hash is ``key_hash``, or ``None``."""
+        row = await self._r().run(
+            lambda conn: conn.execute(
+                f"SELECT {key_rows.COLUMNS} FROM virtual_keys WHERE key_hash = ?", (key_hash,)
+            ).fetchone()
+        )
+        return None if row is None else key_rows.from_row(row)
+
+    async def keys(self) -> list[KeyRecord]:
+        """Every virtual key, oldest first."""
+        rows = await self._r().run(
+            lambda conn: conn.execute(
+                f"SELECT {key_rows.COLUMNS} FROM virtual_keys ORDER BY created_at, key_id"
+            ).fetchall()
+        )
+        return [key_rows.from_row(row) for row in rows]
+
+    async def rotate_key(self, key_id: str, new_hash: str) -> bool:
+        """Replace a live key's hash."""
+        return await self._w().write(
+            lambda conn: (
+                conn.execute(
+                    "UPDATE virtual_keys SET key_hash = ? WHERE key_id = ? AND revoked_at IS NULL", (new_hash, key_id)
+                ).rowcount
+                == 1
+            )
+        )
+
+    async def revoke_key(self, key_id: str, revoked_at: str) -> bool:
+        """Mark a live key revoked."""
+        return await self._w().write(
+            lambda conn: (
+                conn.execute(
+                    "UPDATE virtual_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL",
+                    (revoked_at, key_id),
+                ).rowcount
+                == 1
+            )
+        )
 
 
 def _reconcile(

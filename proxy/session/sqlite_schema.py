@@ -86,12 +86,29 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         );
         """,
     ),
+    (
+        4,
+        """
+        CREATE TABLE virtual_keys (
+            key_id TEXT PRIMARY KEY,
+            key_hash TEXT NOT NULL UNIQUE,
+            team TEXT NOT NULL,
+            alias TEXT,
+            models TEXT NOT NULL,
+            rpm INTEGER,
+            tpm INTEGER,
+            expires_at TEXT,
+            created_at TEXT NOT NULL,
+            revoked_at TEXT
+        );
+        """,
+    ),
 )
 
 
 # Every table with rows of one session, the session's own row last (the others refer to it): what
 # deleting a session deletes. A migration that adds such a table adds it here; the shared tables
-# (``proxy_secrets``, ``token_calibration``) are not a session's. The store tests check the schema
+# (``proxy_secrets``, ``token_calibration``, ``virtual_keys``) are not a session's. The store tests check the schema
 # against this list.
 SESSION_TABLES = (
     "messages",

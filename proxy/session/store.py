@@ -127,6 +127,22 @@ class SessionSummary:
     updated_at: str  # ISO 8601, when a request last reached the session
 
 
+@dataclass(frozen=True)
+class KeyRecord:
+    """A team's virtual key as the store holds it: never the key, only its SHA-256 (``proxy/session/keys.py``)."""
+
+    key_id: str  # stable over rotations: how operators name the key
+    key_hash: str  # hex SHA-256 of the current key
+    team: str
+    alias: str | None = None
+    models: tuple[str, ...] = ()  # the model names it may use; empty: every model
+    rpm: int | None = None  # requests per minute
+    tpm: int | None = None  # tokens sent to the provider per minute
+    expires_at: str | None = None  # ISO 8601 (UTC)
+    created_at: str = ""
+    revoked_at: str | None = None
+
+
 def tool_output_ref(chain_hash: str) -> str:
     """The ``read_tool_output`` reference of the tool message stored under ``chain_hash``."""
     return f"to_{chain_hash[:16]}"
@@ -242,3 +258,18 @@ class SessionStore(Protocol):
         """Replace a route's calibration by ``update(current)`` in one transaction (concurrent updates of one
         route never lose each other's samples) and return it. With ``keep``, only the ``keep`` most recently
         updated routes of ``group`` are kept (routes named by clients must not grow the table)."""
+
+    async def put_key(self, record: KeyRecord) -> None:
+        """Store a new virtual key (its hash); ``StoreError`` when its id or hash is taken."""
+
+    async def key_by_hash(self, key_hash: str) -> KeyRecord | None:
+        """The key whose current hash is ``key_hash`` (revoked ones included), or ``None``."""
+
+    async def keys(self) -> list[KeyRecord]:
+        """Every virtual key, revoked ones included, oldest first."""
+
+    async def rotate_key(self, key_id: str, new_hash: str) -> bool:
+        """Replace a live key's hash (the old key stops); ``False`` when there is no live key ``key_id``."""
+
+    async def revoke_key(self, key_id: str, revoked_at: str) -> bool:
+        """Mark a live key revoked; ``False`` when there is no live key ``key_id``."""

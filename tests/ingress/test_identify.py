@@ -6,6 +6,7 @@ import pytest
 
 from proxy.ingress.identify import identify
 from proxy.kernel.errors import InvalidRequest
+from proxy.kernel.tenancy import Principal, team_of
 
 FIRST = [{"role": "system", "content": "agent"}, {"role": "user", "content": "task"}]
 
@@ -73,3 +74,11 @@ def test_the_fingerprint_ignores_cache_marks_and_a_marked_text_part():
         identify({}, {"messages": [FIRST[0], {"role": "user", "content": two_parts}]}).context_id
         == identify({}, {"messages": [FIRST[0], {"role": "user", "content": unmarked_parts}]}).context_id
     )
+
+
+def test_the_same_session_header_under_two_teams_is_two_sessions() -> None:
+    headers = {"x-session-id": "team.beta.s"}  # a team cannot reach another's by naming it
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    alpha = identify(headers, body, Principal("alpha", "key-1")).context_id
+    assert alpha == "team.alpha.team.beta.s" and team_of(alpha) == "alpha"
+    assert identify(headers, body).context_id == "team.beta.s"  # the administrator names any session

@@ -160,7 +160,7 @@ TRACE_SCHEMA = jsonschema.Draft202012Validator(
 
 def validate_traces(folder: Path) -> int:
     """Every trace a test wrote must match the published schema v5; returns how many were checked."""
-    paths = sorted(folder.glob("*/turn-*.json"))
+    paths = sorted(folder.rglob("turn-*.json"))  # a team's under teams/<team>/
     for path in paths:
         errors = sorted(TRACE_SCHEMA.iter_errors(json.loads(path.read_text())), key=lambda e: list(e.path))
         assert not errors, f"{path}: {errors[0].message} at {list(errors[0].path)}"

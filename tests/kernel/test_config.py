@@ -29,6 +29,10 @@ def test_defaults_without_environment():
         ({"SCIENCE_AGENT_CONTEXT_WINDOW_TOKENS": "12k"}, "SCIENCE_AGENT_CONTEXT_WINDOW_TOKENS='12k'"),
         ({"SCIENCE_AGENT_CONTEXT_PRESSURE_PERCENT": "150"}, "SCIENCE_AGENT_CONTEXT_PRESSURE_PERCENT=150"),
         ({"SCIENCE_AGENT_CONTEXT_TRACE": "maybe"}, "SCIENCE_AGENT_CONTEXT_TRACE='maybe'"),
+        ({"CONTEXT_PROXY_TEAM_HEADER": "x-team"}, "CONTEXT_PROXY_TEAM_HEADER='x-team' needs"),
+        ({"CONTEXT_PROXY_TEAM_HEADER_FROM": "10.0.0.0/33"}, "CONTEXT_PROXY_TEAM_HEADER_FROM: '10.0.0.0/33'"),
+        ({"CONTEXT_PROXY_KEY_CACHE_SECONDS": "301"}, "CONTEXT_PROXY_KEY_CACHE_SECONDS=301"),
+        ({"CONTEXT_PROXY_METRICS_TEAMS": "0"}, "CONTEXT_PROXY_METRICS_TEAMS='0'"),
     ],
 )
 def test_bad_values_stop_start_up_naming_the_variable(env, named):
@@ -143,3 +147,14 @@ def test_a_bad_summary_retry_bound_stops_start_up_naming_it(name, field, default
 def test_a_summary_retry_bound_over_its_maximum_stops_start_up_naming_it(name, field, default, maximum):
     with pytest.raises(ConfigError, match=f"{name}={maximum + 1} must be at most {maximum}"):
         Settings.from_env({name: str(maximum + 1)})
+
+
+def test_a_team_header_with_its_secret_and_networks() -> None:
+    env = {
+        "CONTEXT_PROXY_TEAM_HEADER": "X-Team",
+        "CONTEXT_PROXY_TEAM_HEADER_SECRET": "s",
+        "CONTEXT_PROXY_TEAM_HEADER_FROM": "10.0.0.0/8, ::1",
+    }
+    settings = Settings.from_env(env)
+    assert (settings.team_header, settings.team_header_secret) == ("x-team", "s")
+    assert settings.team_header_from == ("10.0.0.0/8", "::1")

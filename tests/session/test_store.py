@@ -647,7 +647,7 @@ async def test_migrations_are_idempotent_and_safe_to_run_at_once(backend: Any) -
     backend.opened += [a, b]
     await asyncio.gather(a.open(), b.open())
     versions = await backend.versions()
-    assert versions == [1, 2, 3]
+    assert versions == [1, 2, 3, 4]
 
     await a.reconcile("s", "main", conversation(1))
     await a.open()  # opening an open store is a no-op

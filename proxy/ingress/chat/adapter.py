@@ -49,16 +49,18 @@ class ChatIngress:
     async def create(self, request: Request) -> Response:
         """``POST /v1/chat/completions``."""
         front = self._front
-        front.authorize(request)
+        principal = await front.authorize(request)
         # Validated on the reader's worker thread with the decode, for a large body: seconds of CPU at 20,000 messages.
         parse = functools.partial(
             _parse, max_messages=front.settings.max_request_messages, known=self._known, resent=self._resent
         )
         body, chat, digests = await front.reader.decoded(request, parse)
-        route = front.route(chat.model)
+        route = front.route(chat.model, principal)
         check_client_params(body, route.allowed_client_params)
-        identity = front.identify(request.headers, body)
-        result = await front.run(body, identity, route, request.headers, front.mode(request), digests=digests)
+        identity = front.identify(request.headers, body, principal)
+        mode = front.mode(request)
+        front.admit(principal)
+        result = await front.run(body, identity, route, request.headers, mode, digests=digests)
         if isinstance(result.answer, Completion):
             # The decoded history and the turn's memos are freed after the answer is sent, not before.
             after = _FreedAfter((body, result), self._resent)

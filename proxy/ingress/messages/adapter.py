@@ -51,19 +51,20 @@ class MessagesIngress:
     async def create(self, http: Request) -> Response:
         """``POST /v1/messages``."""
         front = self._front
-        front.authorize(http)
+        principal = await front.authorize(http)
         body = await front.reader.json(http)
         mode = front.mode(http)
         service = front.service
         request = parse_messages_request(body)
-        route = front.route(request.model)
+        route = front.route(request.model, principal)
         native = route.api == "messages"  # the client speaks its route's own API: native passage
         translation = to_chat(request, body, route, http.headers, native=native)
         parse_chat_request(translation.body)  # the chat path's own checks: tool results answer their calls
         passage = None
         if native:
             passage = native_request(body, route, http.headers, translation.body.get("max_tokens"), translation.notes)
-        identity = front.identify(http.headers, translation.body)
+        identity = front.identify(http.headers, translation.body, principal)
+        front.admit(principal)
         try:
             result = await front.run(
                 translation.body,
@@ -97,11 +98,11 @@ class MessagesIngress:
     async def count_tokens(self, http: Request) -> Response:
         """``POST /v1/messages/count_tokens``: ``{"input_tokens": N}``, the route's estimate of the request."""
         front = self._front
-        front.authorize(http)
+        principal = await front.authorize(http)
         body = await front.reader.json(http)
         service = front.service
         request = parse_count_tokens_request(body)
-        route = front.route(request.model)
+        route = front.route(request.model, principal)
         translation = to_chat(request, body, route, http.headers)
         parse_chat_request({**translation.body, "max_tokens": 1})
         return JSONAnswer({"input_tokens": await _estimate(service, route, translation)})

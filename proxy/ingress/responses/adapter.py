@@ -41,6 +41,8 @@ from proxy.ingress.responses.stream import ResponseStream, native_events
 from proxy.kernel.config import ModelRoute
 from proxy.kernel.errors import InvalidRequest, ProxyError
 from proxy.kernel.jsonio import JSONAnswer, dumps
+from proxy.kernel.tenancy import Principal
+from proxy.runtime import issued_checkpoints
 from proxy.runtime.answers import Completion, TurnResult
 from proxy.runtime.issued_checkpoints import IssuedCheckpoint
 from proxy.runtime.native import NativeRequest
@@ -78,11 +80,11 @@ class ResponsesIngress:
     async def create(self, http: Request) -> Response:
         """``POST /v1/responses``, and ``POST /v1/responses/compact``."""
         front = self._front
-        front.authorize(http)
+        principal = await front.authorize(http)
         body = await front.reader.json(http)
         mode = front.mode(http)
         request = parse_responses_request(body)
-        route = front.route(request.model)
+        route = front.route(request.model, principal)
         service = front.service
         records = ResponseRecords(service.store)
         items = input_items(request)
@@ -94,20 +96,23 @@ class ResponsesIngress:
         compact_endpoint = http.url.path.endswith("/compact") and not triggers
         items = items[: triggers[0]] if triggers else items
         tools = translate_tools(request.tools or [])
-        checkpoints = await service.issued_checkpoints(_compaction_tokens(items))
+        # Another team's compaction token is one this proxy did not issue, as far as this key can tell.
+        tokens = [t for t in _compaction_tokens(items) if principal.owns(issued_checkpoints.token_context(t))]
+        checkpoints = await service.issued_checkpoints(tokens)
         native = route.api == "responses"  # the client speaks its route's own API: native passage
         in_place = {token: issued.message for token, issued in checkpoints.items()}
         translated = translate_input(items, tools, in_place, native=native)
-        previous = await self._previous(records, request)
+        previous = await self._previous(records, request, principal)
         history = [] if previous is None else await _chain(service, previous)
         messages = ([{"role": "system", "content": request.instructions}] if request.instructions else []) + history
         messages += translated.messages
         if not messages:
             raise InvalidRequest("input is empty: send at least one message.", param="input")
         chat = build_chat_body(request, messages, translated, tools)
-        identity = front.identify(http.headers, {**chat.body, "prompt_cache_key": request.prompt_cache_key})
+        identity = front.identify(http.headers, {**chat.body, "prompt_cache_key": request.prompt_cache_key}, principal)
         if previous is not None and identity.source == "fingerprint":
             identity = SessionIdentity(previous.context_id, "body:previous_response_id", identity.scope)
+        front.admit(principal)
         if compact_endpoint or triggers:
             last = list(checkpoints.values())[-1] if checkpoints else None
             with naming_session(identity, mode):
@@ -142,10 +147,10 @@ class ResponsesIngress:
 
     async def retrieve(self, http: Request) -> Response:
         """``GET /v1/responses/{id}``: a stored response (never one created with ``store: false``)."""
-        self._front.authorize(http)
+        principal = await self._front.authorize(http)
         response_id = http.path_params["response_id"]
         record = await ResponseRecords(self._front.service.store).get(response_id)
-        if record is None:
+        if record is None or not principal.owns(record.context_id):  # another team's: not found
             raise ProxyError(
                 f"No response with id {response_id!r} is stored (responses created with store: false are not).",
                 status=404,
@@ -155,11 +160,13 @@ class ResponsesIngress:
             )
         return JSONAnswer(record.response, headers={"x-context-id": record.context_id})
 
-    async def _previous(self, records: ResponseRecords, request: ResponsesRequest) -> ResponseRecord | None:
+    async def _previous(
+        self, records: ResponseRecords, request: ResponsesRequest, principal: Principal
+    ) -> ResponseRecord | None:
         if request.previous_response_id is None:
             return None
         record = await records.get(request.previous_response_id)
-        if record is None:
+        if record is None or not principal.owns(record.context_id):  # another team's: not found
             raise PreviousResponseNotFound(
                 f"Previous response with id {request.previous_response_id!r} not found "
                 "(unknown, or created with store: false).",
