@@ -78,7 +78,7 @@ def create_app(
         *ChatIngress(front).routes(),
         *ResponsesIngress(front).routes(),
         *MessagesIngress(front).routes(),
-        *_operator_routes(settings, services),
+        *_operator_routes(settings, services, drain),
         *inspector.routes(wrap=answering),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=HANDLERS)
@@ -89,7 +89,7 @@ def create_app(
     return app
 
 
-def _operator_routes(settings: Settings, services: Services) -> list[Route]:
+def _operator_routes(settings: Settings, services: Services, drain: Drain) -> list[Route]:
     """The model list, the metrics and the health checks (these need no key)."""
 
     async def list_models(request: Request) -> Response:
@@ -108,9 +108,11 @@ def _operator_routes(settings: Settings, services: Services) -> list[Route]:
         return JSONAnswer({"status": "alive"})
 
     async def readiness(request: Request) -> Response:
-        ready = services.service is not None
+        # Not ready while draining (SIGTERM): load balancers take the replica out before it stops.
+        ready = services.service is not None and not drain.draining
+        status = "draining" if drain.draining else "ready" if ready else "starting"
         body = {
-            "status": "ready" if ready else "starting",
+            "status": status,
             "mode": settings.mode,
             "store": "postgresql" if settings.store_url else "sqlite",
         }

@@ -20,7 +20,7 @@ from proxy.edge.request_reader import RequestReader
 from proxy.ingress.identify import identify
 from proxy.kernel.config import Mode, ModelRoute, Settings
 from proxy.kernel.errors import InvalidRequest, ModelNotFound, ProxyError
-from proxy.process.drain import Drain
+from proxy.process.drain import Drain, ShuttingDown
 from proxy.runtime.answers import TurnResult
 from proxy.runtime.native import NativeRequest
 from proxy.runtime.service import TurnService
@@ -46,7 +46,10 @@ class FrontDoor:
         return self._service()
 
     def authorize(self, request: Request) -> None:
-        """Refuse a request without the master key (when one is set)."""
+        """The first step of every request: refused with 503 ``server_shutting_down`` once the drain has
+        begun (the client retries on another replica), and without the master key (when one is set)."""
+        if self.drain.draining:
+            raise ShuttingDown("The proxy is shutting down and takes no new requests; retry on another replica.")
         authorize(request.headers, self.settings.master_key)
 
     def mode(self, request: Request) -> Mode:
