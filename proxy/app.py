@@ -78,7 +78,7 @@ def create_app(
         *ChatIngress(front).routes(),
         *ResponsesIngress(front).routes(),
         *MessagesIngress(front).routes(),
-        *_operator_routes(settings, services),
+        *_operator_routes(settings, services, drain),
         *KeyAdmin(services.tenants, services.opened_store, reader).routes(),
         *inspector.routes(wrap=answering),
     ]
@@ -90,9 +90,9 @@ def create_app(
     return app
 
 
-def _operator_routes(settings: Settings, services: Services) -> list[Route]:
+def _operator_routes(settings: Settings, services: Services, drain: Drain) -> list[Route]:
     """The model list (a team's key sees the models it may use), the metrics (the master key only) and the
-    health checks (these need no key)."""
+    health checks (these need no key; readiness answers 503 while the process drains)."""
 
     async def list_models(request: Request) -> Response:
         allowed = (await services.tenants.principal(request.headers, _peer(request))).limits.models
@@ -111,9 +111,11 @@ def _operator_routes(settings: Settings, services: Services) -> list[Route]:
         return JSONAnswer({"status": "alive"})
 
     async def readiness(request: Request) -> Response:
-        ready = services.service is not None
+        # Not ready while draining (SIGTERM): load balancers take the replica out before it stops.
+        ready = services.service is not None and not drain.draining
+        status = "draining" if drain.draining else "ready" if ready else "starting"
         body = {
-            "status": "ready" if ready else "starting",
+            "status": status,
             "mode": settings.mode,
             "store": "postgresql" if settings.store_url else "sqlite",
         }

@@ -104,8 +104,9 @@ class TurnEstimator:
             self._unindexed.append(batch)
         # A warm turn's history is all known but what it adds: counting those few now lets every stage that
         # counts this very sequence (the compactor, the trace's size of the request) find it whole. Many
-        # unknown messages (a first request) are left to the stages, which count a large history off the loop.
-        if missing <= _COUNTED_WHEN_NAMED:
+        # unknown messages (a first request), or a few very long ones (a 31 MB message took seconds of
+        # tiktoken), are left to the stages, which count a large history off the loop.
+        if missing <= _COUNTED_WHEN_NAMED and sum(_text_chars(contents[k]) for k in new) < _COUNTED_CHARS_WHEN_NAMED:
             counts = list(known)
             for k in new:
                 counts[k] = self.base_count_message(messages[k])
@@ -378,6 +379,7 @@ def _anchor_of(message: Mapping[str, Any], content: Any) -> Any:
 
 
 _COUNTED_WHEN_NAMED = 64  # new messages of a named history counted at once (a turn adds a few)
+_COUNTED_CHARS_WHEN_NAMED = 500_000  # ... and their text, at most (the compactor's OFFLOAD_CHARS)
 _CountedSequence: TypeAlias = tuple[tuple[Mapping[str, Any], ...], tuple[Any, ...], tuple[int, ...]]
 _CONTENT = itertools.repeat("content")
 
@@ -390,6 +392,16 @@ def _contents(messages: Sequence[Mapping[str, Any]]) -> list[Any]:
         return list(map(dict.get, messages, _CONTENT))  # type: ignore[arg-type]
     except TypeError:
         return [message.get("content") for message in messages]
+
+
+def _text_chars(content: Any) -> int:
+    """A rough size of a message's ``content``: its string, or its text parts', where counting spends its time."""
+    if isinstance(content, str):
+        return len(content)
+    if isinstance(content, list):
+        texts = (part.get("text") for part in content if isinstance(part, Mapping))
+        return sum(len(text) for text in texts if isinstance(text, str))
+    return 0
 
 
 def counts_of(estimator: TokenEstimator, messages: Sequence[Mapping[str, Any]]) -> list[int]:

@@ -21,7 +21,7 @@ from proxy.ingress.tenants import Tenants
 from proxy.kernel.config import Mode, ModelRoute, Settings
 from proxy.kernel.errors import InvalidRequest, ModelNotFound, ProxyError
 from proxy.kernel.tenancy import Principal
-from proxy.process.drain import Drain
+from proxy.process.drain import Drain, ShuttingDown
 from proxy.runtime.answers import TurnResult
 from proxy.runtime.native import NativeRequest
 from proxy.runtime.service import TurnService
@@ -55,7 +55,11 @@ class FrontDoor:
         return self._service()
 
     async def authorize(self, request: Request) -> Principal:
-        """Who sent the request (the master key's administrator or a team's key); 401 for anyone else."""
+        """The first step of every request: refused with 503 ``server_shutting_down`` once the drain has
+        begun (the client retries on another replica); then who sent it (the master key's administrator or a
+        team's key), 401 for anyone else."""
+        if self.drain.draining:
+            raise ShuttingDown("The proxy is shutting down and takes no new requests; retry on another replica.")
         return await self.tenants.principal(request.headers, request.client.host if request.client else None)
 
     def mode(self, request: Request) -> Mode:

@@ -603,3 +603,49 @@ def test_the_cache_knows_tools_by_their_content_whatever_their_key_order_or_odd_
     odd = [{"type": "function", "function": {"name": "bad\ud800"}}]
     assert cache.count_tools(odd) == cache.count_tools([{"function": {"name": "bad\ud800"}, "type": "function"}])
     assert cache.misses == 3 and cache.hits == 2
+
+
+def _long_text(size: int, seed: int) -> str:
+    import random
+
+    pieces = ["alpha", "beta\n\n", "  gamma", " \t", "δέλτα", "數據", "x=1;", "\n", '{"k": [1, 2]}', "   ", "end."]
+    chooser = random.Random(seed)
+    text = ""
+    while len(text) < size:
+        text += "".join(chooser.choice(pieces) for _ in range(10_000))
+    return text
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+def test_a_very_long_text_counted_in_pieces_counts_as_the_whole(name: str) -> None:
+    encoding = tiktoken.get_encoding(name)
+    estimator = TiktokenEstimator(name)
+    for text in (_long_text(650_000, seed=1), "word " * 200_000, "a" * 450_000):
+        assert "".join(estimators._pieces(text)) == text
+        assert len(list(estimators._pieces(text))) > 1
+        whole = len(encoding.encode(text, disallowed_special=()))
+        assert abs(estimator.count_text(text) - whole) <= whole // 100_000 + 1
+
+
+def test_counting_a_31_mb_text_lets_other_threads_run() -> None:
+    """tiktoken builds a whole text's token list holding the GIL (1.5 s at 31 MB): a worker counting a
+    huge message stalled the event loop as if it counted there. In pieces, the loop waits milliseconds."""
+    import threading
+    import time
+
+    estimator = TiktokenEstimator()
+    text = "x " * 15_500_000
+    done = threading.Event()
+    counted: list[int] = []
+    worker = threading.Thread(target=lambda: (counted.append(estimator.count_text(text)), done.set()))
+    gaps: list[float] = []
+    last = time.monotonic()
+    worker.start()
+    while not done.is_set():
+        time.sleep(0.005)
+        now = time.monotonic()
+        gaps.append(now - last)
+        last = now
+    worker.join()
+    assert counted == [15_500_001]
+    assert len(gaps) > 100 and max(gaps) < 0.5, max(gaps)

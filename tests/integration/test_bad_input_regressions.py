@@ -22,6 +22,7 @@ import pytest
 SCHEMAS = json.loads((Path(__file__).parents[1] / "data" / "openai-chat-schemas.json").read_text())["schemas"]
 ERROR_VALIDATOR = jsonschema.Draft202012Validator(SCHEMAS["ErrorResponse"])
 USER = '{"role": "user", "content": "hi"}'
+CALL = USER + ', {"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{}"}}]}'
 
 
 def body(fields: str = "", messages: str = USER) -> bytes:
@@ -125,6 +126,36 @@ CASES = [
         "messages.0",
         None,
         id="image-part-without-image_url",
+    ),
+    # tool_calls on a message of another role than assistant: the chain hash read it as an assistant's
+    # calls, so a non-list value was a 500 (a list passed on to the provider, which refuses it).
+    *(
+        pytest.param(
+            body(messages=message),
+            400,
+            param,
+            None,
+            id=f"tool_calls-on-{role}-{kind}",
+        )
+        for kind, value in (("string", '"[]"'), ("object", '{"id": "c"}'), ("list", "[]"))
+        for role, message, param in (
+            ("user", '{"role": "user", "content": "x", "tool_calls": ' + value + "}", "messages.0.tool_calls"),
+            (
+                "system",
+                '{"role": "system", "content": "x", "tool_calls": ' + value + "}, " + USER,
+                "messages.0.tool_calls",
+            ),
+            (
+                "developer",
+                '{"role": "developer", "content": "x", "tool_calls": ' + value + "}, " + USER,
+                "messages.0.tool_calls",
+            ),
+            (
+                "tool",
+                CALL + ', {"role": "tool", "tool_call_id": "c", "content": "r", "tool_calls": ' + value + "}, " + USER,
+                "messages.2.tool_calls",
+            ),
+        )
     ),
 ]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import json
+import signal
 import socket
 import threading
 import time
@@ -12,7 +13,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import anthropic
 import httpx
+import openai
+import pytest
+import yaml
 
 from proxy.app import create_app
 from proxy.kernel.config import Settings
@@ -20,6 +25,7 @@ from proxy.process.drain import DrainingServer, server_for
 from proxy.provider.scripted import Reply, free_port
 
 from .conftest import route_to
+from .test_serve import serving
 
 MESSAGES = [{"role": "user", "content": "Stream the long report."}]
 
@@ -117,3 +123,63 @@ def test_a_stopped_proxy_leaves_no_provider_connection_open(start_proxy, provide
     # closing it left the socket open until the cache dropped the client, and the collector then
     # found it unclosed (a ResourceWarning in whatever test happened to be running).
     assert _open_sockets_to(provider.url) - before == set()
+
+
+def test_sigterm_drains_with_readiness_down_and_503_for_new_requests_then_exits_0(tmp_path: Path, provider):
+    """``serve`` as operators run it, sent SIGTERM while a turn waits on the provider: the server keeps
+    listening, so the readiness check says 503 ``draining`` (a load balancer fails over) and a new request
+    gets 503 ``server_shutting_down`` in its API's shape (Messages: 529 ``overloaded_error``) instead of a
+    refused connection; the turn in flight is answered; then the process exits 0 (uvicorn re-raised the
+    signal: exit -15)."""
+    provider.provider.latency = 3.0
+    entry = {
+        "model_name": "test-model",
+        "litellm_params": {"model": "openai/scripted", "api_base": f"{provider.url}/v1", "api_key": "sk-test"},
+        "model_info": {"max_input_tokens": 16_000, "max_output_tokens": 1_000},
+    }
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"model_list": [entry]}))
+    grace = "30"
+    with serving(
+        tmp_path, tmp_path / "data", "127.0.0.1", "--config", str(config), CONTEXT_PROXY_SHUTDOWN_GRACE_SECONDS=grace
+    ) as server:
+        url = f"http://127.0.0.1:{server.port}"
+        answers: list[str | None] = []
+
+        def in_flight() -> None:
+            with openai.OpenAI(base_url=f"{url}/v1", api_key="sk-client", max_retries=0, timeout=60) as client:
+                answer = client.chat.completions.create(model="test-model", messages=MESSAGES)
+            answers.append(answer.choices[0].message.content)
+
+        sender = threading.Thread(target=in_flight)
+        sender.start()
+        deadline = time.monotonic() + 30
+        while not provider.history:  # the turn is waiting on the provider
+            assert time.monotonic() < deadline and sender.is_alive()
+            time.sleep(0.02)
+        server.process.send_signal(signal.SIGTERM)
+        with httpx.Client(base_url=url, timeout=10) as http:
+            deadline = time.monotonic() + 5
+            while (ready := http.get("/health/readiness")).status_code == 200:
+                assert time.monotonic() < deadline, "readiness still 200 after SIGTERM"
+                time.sleep(0.02)
+            assert ready.status_code == 503 and ready.json()["status"] == "draining"
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-client", max_retries=0)
+        with client, pytest.raises(openai.APIStatusError) as refused:
+            client.chat.completions.create(model="test-model", messages=[{"role": "user", "content": "new"}])
+        assert refused.value.status_code == 503
+        assert refused.value.body["code"] == "server_shutting_down"  # type: ignore[index]
+        claude = anthropic.Anthropic(base_url=url, api_key="sk-client", max_retries=0)
+        with claude, pytest.raises(anthropic.APIStatusError) as refused_messages:
+            claude.messages.create(model="test-model", max_tokens=100, messages=[{"role": "user", "content": "new"}])
+        # Anthropic's words for a server that cannot take the request now (proxy/ingress/messages/errors.py).
+        assert refused_messages.value.status_code == 529
+        assert refused_messages.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
+        sender.join(timeout=30)
+        answered = time.monotonic()
+        assert answers == ["ok"]  # the turn in flight was answered
+        assert server.process.wait(timeout=25) == 0, server.output()
+        # It stopped once nothing was in flight (then a few seconds of shutdown), not after the 30 s grace.
+        assert time.monotonic() - answered < 15
+        assert len(provider.history) == 1  # the refused requests never reached the provider
+        assert "Traceback" not in server.output()

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -123,6 +124,16 @@ class ToolCall(BaseModel):
     function: FunctionCall
 
 
+def _no_tool_calls(value: Any) -> None:
+    if value is not None:
+        raise ValueError("only an assistant message may carry tool_calls")
+
+
+# On any other role, tool_calls is refused where it is named: the store and the chain hash read a
+# message's tool_calls as an assistant's calls (a string there was a 500), and a provider refuses them.
+_NoToolCalls = Annotated[None, BeforeValidator(_no_tool_calls)]
+
+
 class SystemMessage(BaseModel):
     """A system message."""
 
@@ -130,6 +141,7 @@ class SystemMessage(BaseModel):
     role: Literal["system"]
     content: Content
     name: str | None = None
+    tool_calls: _NoToolCalls = None
 
 
 class DeveloperMessage(BaseModel):
@@ -139,6 +151,7 @@ class DeveloperMessage(BaseModel):
     role: Literal["developer"]
     content: Content
     name: str | None = None
+    tool_calls: _NoToolCalls = None
 
 
 class UserMessage(BaseModel):
@@ -148,6 +161,7 @@ class UserMessage(BaseModel):
     role: Literal["user"]
     content: UserContent
     name: str | None = None
+    tool_calls: _NoToolCalls = None
 
 
 class AssistantMessage(BaseModel):
@@ -167,6 +181,7 @@ class ToolMessage(BaseModel):
     role: Literal["tool"]
     content: Content
     tool_call_id: str = Field(min_length=1)
+    tool_calls: _NoToolCalls = None
 
 
 class FunctionMessage(BaseModel):
@@ -176,6 +191,7 @@ class FunctionMessage(BaseModel):
     role: Literal["function"]
     content: str | None
     name: str
+    tool_calls: _NoToolCalls = None
 
 
 Message = Annotated[
