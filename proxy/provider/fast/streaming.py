@@ -36,8 +36,7 @@ class StreamChunks:
 
     def __init__(self, parts: dict[str, Any]) -> None:
         self._parts = parts
-        # The SDK's stream reads its client for two things only: its SSE decoder and the chunk construction.
-        self._sdk = openai.AsyncOpenAI(api_key="unused", base_url="http://127.0.0.1:9/unused")
+        self._sdk: openai.AsyncOpenAI | None = None  # made on the first stream: a backend may never stream
 
     def wrapper(
         self,
@@ -50,6 +49,9 @@ class StreamChunks:
         stream_options: dict[str, Any] | None,
     ) -> Any:
         """litellm's ``CustomStreamWrapper`` over the SDK's ``AsyncStream`` of ``response``."""
+        if self._sdk is None:
+            # The SDK's stream reads its client for two things only: its SSE decoder and the chunk construction.
+            self._sdk = openai.AsyncOpenAI(api_key="unused", base_url="http://127.0.0.1:9/unused")
         sdk_stream = openai.AsyncStream(cast_to=ChatCompletionChunk, response=response, client=self._sdk)  # type: ignore[arg-type]
         log = StreamLog(model, provider, messages, litellm_params, stream_options)
         return self._parts["CustomStreamWrapper"](
