@@ -1,4 +1,4 @@
-"""Part 8: what the provider's prompt cache saves across a compacted session, through the proxy and without it.
+"""Part 9: what the provider's prompt cache saves across a compacted session, through the proxy and without it.
 
 One agent session (a tool call per step, each answered with a ~8 KB measurement log) runs twice under each
 provider's caching rules: through the proxy in dynamic mode at a window it outgrows (so it compacts, and its
@@ -226,7 +226,7 @@ def _rules(
 
 
 def run_caching(steps: int, window: int = WINDOW_TOKENS) -> dict[str, Any]:
-    """Part 8's figures for ``steps`` agent steps at a ``window``-token window, under both providers' rules."""
+    """Part 9's figures for ``steps`` agent steps at a ``window``-token window, under both providers' rules."""
     started = time.perf_counter()
 
     def anthropic_route(url: str) -> ModelRoute:

@@ -12,6 +12,7 @@ GROWTH_GOAL = 1.05  # warm growth exponent from 1,000 to 5,000 messages (1.0 = l
 TAIL_GOAL = 2.0  # warm p99 at most twice the warm p50 ...
 TAIL_SIZES = (1000, 5000)  # ... at these sizes ...
 TAIL_MIN_REQUESTS = 30  # ... over at least this many warm requests
+LATER_TURN_GOAL = 3.0  # issue 42: a later turn's added p50 at most 3x the direct call's own time
 SAVINGS_GOAL = 0.85
 PREFIX_GOAL = 0.95
 
@@ -76,6 +77,34 @@ def _history_goals(history: dict[str, Any]) -> list[tuple[str, bool | None, str]
     return out
 
 
+def _agent_goals(agent: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
+    """Issue 42's goals: per case, ours against the litellm proxy; a later turn against the direct call."""
+    out: list[tuple[str, bool | None, str]] = []
+    for name, case in agent["cases"].items():
+        ratios = case.get("ratios") or {}
+        if name.startswith("later/"):
+            ratio = ratios["added_p50_vs_direct"]
+            goal = f"{name}: added p50 <= {LATER_TURN_GOAL:.0f}x the direct call's time"
+            out.append((goal, ratio <= LATER_TURN_GOAL, f"{ratio:.2f}x ({case['dynamic']['added_p50_ms']:.1f} ms)"))
+            continue
+        if name.startswith("tiny/") and name.endswith("/json"):
+            continue  # issue 18's goal, part 1
+        goal = f"{name}: added p50 <= {ADDED_P50_VS_LITELLM_GOAL}x, throughput >= {RPS_VS_LITELLM_GOAL:.0f}x"
+        if name.endswith("/stream"):
+            goal = f"{name}: added p50 and first token <= {ADDED_P50_VS_LITELLM_GOAL}x, throughput >= 2x"
+        if "added_p50" not in ratios:
+            out.append((goal, None, "litellm proxy did not run (see errors)"))
+            continue
+        met = ratios["added_p50"] <= ADDED_P50_VS_LITELLM_GOAL and ratios["rps"] >= RPS_VS_LITELLM_GOAL
+        measured = f"ours/litellm: added p50 {ratios['added_p50']:.2f}"
+        if name.endswith("/stream"):
+            first = ratios.get("added_first_p50")
+            met = met and first is not None and first <= ADDED_P50_VS_LITELLM_GOAL
+            measured += f", first token {'n/a' if first is None else f'{first:.2f}'}"
+        out.append((goal, met, measured + f", throughput {ratios['rps']:.2f}"))
+    return out
+
+
 def goals(report: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
     """(goal, met?, what was measured) for every goal of the issues."""
     parts = report["parts"]
@@ -84,6 +113,8 @@ def goals(report: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
         out += _overhead_goals(parts["overhead"])
     if parts.get("history_cost"):
         out += _history_goals(parts["history_cost"])
+    if parts.get("agent"):
+        out += _agent_goals(parts["agent"])
     long_run = parts.get("long_run")
     if long_run:
         savings = long_run.get("savings")
@@ -176,6 +207,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines += _overhead(parts["overhead"])
     if "history_cost" in parts:
         lines += _history(parts["history_cost"])
+    if "agent" in parts:
+        lines += _agent(parts["agent"])
     if "long_run" in parts:
         lines += _long_run(parts["long_run"])
     if "estimator" in parts:
@@ -220,7 +253,7 @@ def _caching(c: dict[str, Any]) -> list[str]:
     pct = lambda v: "n/a" if v is None else f"{v * 100:.1f}%"  # noqa: E731 - a local formatter
     lines = [
         "",
-        f"## 8. Prompt caching: {c['steps']} steps, ~{c['tool_output_bytes'] // 1000} KB tool outputs, "
+        f"## 9. Prompt caching: {c['steps']} steps, ~{c['tool_output_bytes'] // 1000} KB tool outputs, "
         f"{c['window_tokens']:,}-token window",
         "",
         "Billed at the provider's socket, every request (the summarizer's too). Input cost in input-price units: "
@@ -278,6 +311,39 @@ def _overhead(o: dict[str, Any]) -> list[str]:
         lines += ["", "| ours / litellm proxy | ratio |", "|---|---:|"]
         lines += [f"| {k} | {v:.2f} |" for k, v in o["ratios"].items()]
     for name, error in (o.get("errors") or {}).items():
+        lines += ["", f"**{name} failed:**", "", "```", error, "```"]
+    return lines
+
+
+def _agent(a: dict[str, Any]) -> list[str]:
+    sizes = ", ".join(f"{shape} {size / 1024:,.0f} KB" for shape, size in a["chat_body_bytes"].items())
+    lines = [
+        "",
+        "## 8. What agents send: three APIs, streamed and not, against the litellm proxy",
+        "",
+        f"{a['requests_per_repeat']} sequential requests per path, case and repeat, {a['repeats']} repeats; "
+        f"throughput: {a['throughput_requests']} requests at concurrency {a['concurrency']}; each request a new "
+        f"session (`later`: the same session's second turn, ours only). Chat bodies: {sizes}. Direct = the chat "
+        "request of the same shape sent to the provider; first = the first text delta.",
+        "",
+        "| case | path | p50 ms | first p50 ms | added p50 ms | added first ms | requests/s |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, case in a["cases"].items():
+        for path, f in case.items():
+            if path == "ratios":
+                continue
+            lines.append(
+                f"| {name} | {path} | {f['p50_ms']:.1f} | {_ms(f, 'first_p50_ms')} | {_ms(f, 'added_p50_ms')} "
+                f"| {_ms(f, 'added_first_p50_ms')} | {_ms(f, 'rps')} |"
+            )
+    lines += ["", "| case | ours / litellm proxy: added p50 | first token | requests/s |", "|---|---:|---:|---:|"]
+    for name, case in a["cases"].items():
+        r = case.get("ratios") or {}
+        if "added_p50" in r:
+            first = "-" if r.get("added_first_p50") is None else f"{r['added_first_p50']:.2f}"
+            lines.append(f"| {name} | {r['added_p50']:.2f} | {first} | {r['rps']:.2f} |")
+    for name, error in (a.get("errors") or {}).items():
         lines += ["", f"**{name} failed:**", "", "```", error, "```"]
     return lines
 

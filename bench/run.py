@@ -1,6 +1,6 @@
 """Run every benchmark part and write ``bench/report.json`` and ``bench/report.md``.
 
-Run: ``.venv/bin/python -m bench [--quick] [--parts 1,2,3,4,5,6,7,8] [--no-litellm-proxy] [--against REF]``
+Run: ``.venv/bin/python -m bench [--quick] [--parts 1,2,3,4,5,6,7,8,9] [--no-litellm-proxy] [--against REF]``
 (``.venv/bin/python bench/run.py`` is the same). See ``bench/README.md`` for what each part measures.
 """
 
@@ -47,6 +47,9 @@ FULL = {
     "memory_sessions": 150,
     "isolation_messages": 20_000,
     "caching_steps": 100,
+    "agent_requests": 30,
+    "agent_throughput_requests": 64,
+    "agent_repeats": 3,
 }
 QUICK = {
     "requests": 60,
@@ -59,6 +62,9 @@ QUICK = {
     "memory_sessions": 30,
     "isolation_messages": 5_000,
     "caching_steps": 30,
+    "agent_requests": 8,
+    "agent_throughput_requests": 32,
+    "agent_repeats": 1,
 }
 ISOLATION_MAX_INPUT_TOKENS = 128_000  # a common window: the large request is compacted, as in real use
 
@@ -154,6 +160,34 @@ def _part_isolation(scratch: Path, messages: int) -> Any:
         return run_isolation(proxy.url, messages=messages)
 
 
+def _part_agent(scratch: Path, plan: dict[str, Any]) -> Any:
+    from bench.agent import run_agent
+
+    folder = scratch / "agent"
+    folder.mkdir()
+    errors: dict[str, str] = {}
+    with ExitStack() as stack:
+        provider = stack.enter_context(servers.scripted_provider(folder, "ok"))
+        config = servers.write_config(folder, provider.url, HISTORY_MAX_INPUT_TOKENS)
+        urls = {"direct": provider.url}
+        urls["dynamic"] = stack.enter_context(servers.our_proxy(folder, config, "dynamic", name="proxy-agent")).url
+        if plan["litellm_proxy"]:
+            bridged = servers.write_bridged_config(folder, provider.url, HISTORY_MAX_INPUT_TOKENS)
+            try:
+                litellm = servers.litellm_proxy(folder, bridged, extra_env=servers.LITELLM_BRIDGE_ENV)
+                urls["litellm-proxy"] = stack.enter_context(litellm).url
+            except (servers.ServerFailed, subprocess.CalledProcessError, OSError) as exc:
+                errors["litellm-proxy"] = str(exc)[-3000:]
+        result = run_agent(
+            urls,
+            requests=plan["agent_requests"],
+            throughput_requests=plan["agent_throughput_requests"],
+            repeats=plan["agent_repeats"],
+        )
+    result["errors"] = errors
+    return result
+
+
 def run(
     parts: set[int], quick: bool, litellm_proxy: bool, out_dir: Path, against_ref: str | None = None
 ) -> dict[str, Any]:
@@ -202,6 +236,8 @@ def run(
                     ),
                 )
             stack.close()  # stop these servers before the long run: it wants the CPU to itself
+        if 8 in parts:  # before the long parts: it wants the machine as parts 1 and 2 had it
+            _timed(report, "agent", lambda: _part_agent(scratch, plan))
         if 3 in parts:
             _timed(report, "long_run", lambda: _part_long_run(scratch, plan["steps"]))
         if 4 in parts:
@@ -220,7 +256,7 @@ def run(
             )
         if 6 in parts:
             _timed(report, "isolation", lambda: _part_isolation(scratch, plan["isolation_messages"]))
-        if 8 in parts:
+        if 9 in parts:
             from bench.caching import run_caching
 
             _timed(report, "caching", lambda: run_caching(plan["caching_steps"]))
@@ -249,8 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m bench``."""
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of about a minute (fewer, smaller runs)")
-    parser.add_argument("--parts", default="1,2,3,4,5,6,7,8", help="which parts to run, e.g. 2,4")
-    parser.add_argument("--no-litellm-proxy", action="store_true", help="skip the litellm proxy in part 1")
+    parser.add_argument("--parts", default="1,2,8,3,4,5,6,9,7", help="which parts to run, e.g. 2,4")
+    parser.add_argument("--no-litellm-proxy", action="store_true", help="skip the litellm proxy in parts 1 and 8")
     parser.add_argument("--out-dir", type=Path, default=HERE, help="where report.json and report.md go")
     parser.add_argument(
         "--against", metavar="REF", help="a git commit whose proxy parts 1 and 2 measure beside ours, interleaved"

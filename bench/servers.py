@@ -191,13 +191,31 @@ def litellm_proxy_version() -> str | None:
     return None
 
 
+def write_bridged_config(folder: Path, provider_url: str, max_input_tokens: int | None = None) -> Path:
+    """The litellm proxy's config for the Messages and Responses APIs in front of a chat-only provider: the
+    same route with ``use_chat_completions_api`` (its Responses endpoint would otherwise call the
+    provider's ``/v1/responses``). Our proxy's config refuses that key, hence a file of its own."""
+    config = model_list(provider_url, max_input_tokens)
+    for entry in config["model_list"]:  # type: ignore[attr-defined]
+        entry["litellm_params"]["use_chat_completions_api"] = True
+    path = folder / "model_list_bridged.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
+# The litellm proxy's Messages endpoint calls a non-Anthropic provider through its chat bridge only with this.
+LITELLM_BRIDGE_ENV = {"LITELLM_USE_CHAT_COMPLETIONS_URL_FOR_ANTHROPIC_MESSAGES": "True"}
+
+
 @contextmanager
-def litellm_proxy(scratch: Path, config: Path) -> Iterator[Server]:
+def litellm_proxy(
+    scratch: Path, config: Path, extra_env: Mapping[str, str] | None = None, name: str = "litellm-proxy"
+) -> Iterator[Server]:
     """The real litellm proxy (one worker, no database) on the same ``model_list``."""
     executable = ensure_litellm_proxy_venv(scratch / "litellm-proxy-install.log")
     port = free_port()
-    env = _base_env(our_code=False) | {"LITELLM_MASTER_KEY": MASTER_KEY, "LITELLM_LOG": "ERROR"}
+    env = _base_env(our_code=False) | {"LITELLM_MASTER_KEY": MASTER_KEY, "LITELLM_LOG": "ERROR", **(extra_env or {})}
     command = [str(executable), "--config", str(config), "--host", "127.0.0.1", "--port", str(port)]
     command += ["--num_workers", "1"]
-    with _serve("litellm-proxy", command, env, port, scratch, timeout=120.0) as server:
+    with _serve(name, command, env, port, scratch, timeout=120.0) as server:
         yield server

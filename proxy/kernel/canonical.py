@@ -154,7 +154,12 @@ def _canonical_bytes(message: Mapping[str, Any]) -> bytes:
 
 def chain_hash(previous: str, message: Mapping[str, Any]) -> str:
     """The chain hash of a prefix ending in ``message`` whose previous prefix hashes to ``previous``."""
-    return hashlib.sha256(f"{previous}\n{message_hash(message)}".encode()).hexdigest()
+    return chain_hash_of(previous, message_hash(message))
+
+
+def chain_hash_of(previous: str, hashed: str) -> str:
+    """``chain_hash`` of a message whose ``message_hash`` is ``hashed`` (a caller that remembers it)."""
+    return hashlib.sha256(f"{previous}\n{hashed}".encode()).hexdigest()
 
 
 def chain_hashes(messages: Iterable[Mapping[str, Any]], start: str = GENESIS) -> list[str]:

@@ -30,9 +30,9 @@ if TYPE_CHECKING:
 
 
 class LiteLLMBackend:
-    """The default backend: litellm adapts every call. A plain non-streamed OpenAI-compatible, Azure OpenAI
-    or Anthropic completion goes through litellm's transformation layer over one pooled client
-    (``proxy.provider.fast``); the rest through
+    """The default backend: litellm adapts every call. A plain OpenAI-compatible completion (streamed or
+    not), or a non-streamed Azure OpenAI or Anthropic one, goes through litellm's transformation layer over
+    one pooled client (``proxy.provider.fast``); the rest through
     ``litellm.acompletion``. ``fast_path=False`` sends everything through ``acompletion`` (benchmarks,
     the tests that compare both paths)."""
 
@@ -126,7 +126,11 @@ class LiteLLMBackend:
         upstream = None
         try:
             arguments = self.provider_arguments({**llm_input, "stream": True})
-            upstream = await self._litellm.acompletion(**_own_messages(arguments))
+            fast = self._fast.accepted(arguments) if self._fast is not None else None
+            if self._fast is not None and fast is not None:
+                upstream = await self._fast.stream(fast, arguments["timeout"])
+            else:
+                upstream = await self._litellm.acompletion(**_own_messages(arguments))
             iterator = upstream.__aiter__()
             ahead: list[dict[str, Any]] = []
             while not any(_has_substance(out) for out in ahead):

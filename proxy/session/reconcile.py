@@ -13,7 +13,15 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.kernel.canonical import GENESIS, HistoryEntry, chain_hashes, content_text, exact_digest
+from proxy.kernel.canonical import (
+    GENESIS,
+    HistoryEntry,
+    chain_hash_of,
+    chain_hashes,
+    content_text,
+    exact_digest,
+    message_hash,
+)
 from proxy.session.store import BranchCount, BranchState, BranchView, tool_output_ref
 
 
@@ -95,6 +103,12 @@ class ChainMemo:
     nothing here decides identity. Only digests (17 bytes) and chain hashes are kept, never the messages: the memo's
     size is bounded by ``max_bytes`` however large the messages are, and the least recently used
     sessions are dropped first.
+
+    Across sessions, the canonical hash of each message hashed recently is kept by its exact digest (at
+    most ``max_message_hashes``, least recently used first out): an agent opens every session with the same
+    system prompt, tens of kilobytes whose canonical form cost more to serialize and hash than the rest of
+    a new session's chain (issue 42). A chain hash is then one SHA-256 over two short hex strings. They
+    count in ``max_bytes`` too, and go before any session's entry when the memo is full.
     """
 
     # What one remembered message costs: its digest in a bytes string, a 64-character hex chain hash
@@ -102,10 +116,15 @@ class ChainMemo:
     BYTES_PER_MESSAGE = 150
     BYTES_PER_SESSION = 400  # besides the session id: the entry's tuple, list and bytes headers, the dict slot
 
-    def __init__(self, max_bytes: int = 32 * 1024 * 1024) -> None:
+    MAX_MESSAGE_HASHES = 20_000  # a digest and a hex hash each: about 5 MB
+    BYTES_PER_MESSAGE_HASH = 250  # the digest, the hex hash and the ordered dict's node; measured in the tests
+
+    def __init__(self, max_bytes: int = 32 * 1024 * 1024, max_message_hashes: int = MAX_MESSAGE_HASHES) -> None:
         self.max_bytes = max_bytes
         self.size = 0
+        self.max_message_hashes = max_message_hashes
         self._last: OrderedDict[str, tuple[bytes, list[str]]] = OrderedDict()
+        self._message_hashes: OrderedDict[bytes, str] = OrderedDict()  # exact digest -> message_hash
 
     def hashes(
         self, context_id: str, messages: Sequence[Mapping[str, Any]], given: Sequence[bytes] | None = None
@@ -113,7 +132,8 @@ class ChainMemo:
         """Chain hashes of every prefix of ``messages`` (``given``: their exact digests, already made)."""
         if given is not None and len(given) != len(messages):
             raise ValueError("one digest per message")
-        digests = b"".join(given if given is not None else map(exact_digest, messages))
+        listed = list(given) if given is not None else [exact_digest(message) for message in messages]
+        digests = b"".join(listed)
         previous = self._last.pop(context_id, None)
         hashes: list[str] = []
         if previous is not None:
@@ -121,15 +141,39 @@ class ChainMemo:
             previous_digests, previous_hashes = previous
             same = _common_messages(previous_digests, digests)
             hashes = previous_hashes[:same]
-        hashes += chain_hashes(messages[len(hashes) :], start=hashes[-1] if hashes else GENESIS)
+        current = hashes[-1] if hashes else GENESIS
+        for index in range(len(hashes), len(messages)):
+            current = chain_hash_of(current, self._message_hash(listed[index], messages[index]))
+            hashes.append(current)
         size = _entry_size(context_id, hashes)
         if size <= self.max_bytes:
             self._last[context_id] = (digests, hashes)
             self.size += size
-            while self.size > self.max_bytes:
-                evicted_id, (_, evicted) = self._last.popitem(last=False)
-                self.size -= _entry_size(evicted_id, evicted)
+        self._shrink()
         return list(hashes)
+
+    def _shrink(self) -> None:
+        """Within ``max_bytes``: remembered message hashes go first, then the least recent sessions."""
+        while self.size > self.max_bytes and self._message_hashes:
+            self._message_hashes.popitem(last=False)
+            self.size -= self.BYTES_PER_MESSAGE_HASH
+        while self.size > self.max_bytes:
+            evicted_id, (_, evicted) = self._last.popitem(last=False)
+            self.size -= _entry_size(evicted_id, evicted)
+
+    def _message_hash(self, digest: bytes, message: Mapping[str, Any]) -> str:
+        """``message_hash(message)``, remembered by the message's exact digest across sessions."""
+        known = self._message_hashes
+        found = known.get(digest)
+        if found is not None:
+            known.move_to_end(digest)
+            return found
+        made = known[digest] = message_hash(message)
+        self.size += self.BYTES_PER_MESSAGE_HASH
+        if len(known) > self.max_message_hashes:
+            known.popitem(last=False)
+            self.size -= self.BYTES_PER_MESSAGE_HASH
+        return made
 
 
 _DIGEST_BYTES = len(exact_digest({}))

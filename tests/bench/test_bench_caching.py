@@ -26,5 +26,5 @@ def test_the_caching_part_measures_both_paths_under_both_rules() -> None:
     assert result["rules"]["anthropic_messages"]["proxy"]["cache_write_tokens"] > 0
     assert result["rules"]["openai_responses"]["proxy"]["cache_write_tokens"] == 0  # OpenAI bills no writes
     page = render_markdown({"date": "d", "quick": True, "plan": {}, "machine": MACHINE, "parts": {"caching": result}})
-    assert "## 8. Prompt caching: 8 steps" in page and "proxy / passthrough" in page
+    assert "## 9. Prompt caching: 8 steps" in page and "proxy / passthrough" in page
     assert "(n/a: fewer than 100 steps)" in page  # the goal is judged on its own run only

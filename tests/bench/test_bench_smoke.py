@@ -229,3 +229,54 @@ def test_chained_warm_requests_continue_the_session_without_a_fork(tmp_path: Pat
         (12, 2, False),
         (14, 2, False),
     ]
+
+
+def test_agent_shapes_are_what_agents_send_in_each_api() -> None:
+    """About 20k tokens of system prompt, 24 tools, 12 history messages; byte-identical across calls."""
+    import tiktoken
+
+    from bench.agent_shapes import APIS, agent_body, system_prompt
+
+    encoding = tiktoken.get_encoding("o200k_base")
+    assert 18_000 <= len(encoding.encode(system_prompt())) <= 24_000
+    chat, messages, responses = (agent_body(api, False) for api in APIS)
+    assert len(chat["messages"]) == 13 and len(chat["tools"]) == 24  # the system message and 12
+    assert len(messages["messages"]) == 12 and len(messages["tools"]) == 24 and messages["system"]
+    assert len(responses["input"]) == 12 and len(responses["tools"]) == 24 and responses["instructions"]
+    assert orjson.dumps(agent_body("messages", True)) == orjson.dumps(agent_body("messages", True))
+    later = agent_body("chat", False, later=True)["messages"]
+    assert later[:13] == chat["messages"] and [m["role"] for m in later[13:]] == ["assistant", "user"]
+
+
+def test_agent_part_times_every_case_on_both_proxies_and_renders(servers: tuple[str, str], tmp_path: Path) -> None:
+    """Part 8 at tiny counts; a second proxy of ours stands in for the litellm proxy (same endpoints)."""
+    from bench.agent import run_agent
+
+    proxy_url, provider_url = servers
+    route = ModelRoute(
+        MODEL,
+        {"model": "openai/scripted", "api_base": f"{provider_url}/v1", "api_key": "sk-provider"},
+        max_input_tokens=4_000_000,
+        max_output_tokens=4096,
+    )
+    settings = Settings(mode="dynamic", data_dir=tmp_path / "other", master_key=MASTER_KEY, models=(route,))
+    with serve_in_thread(create_app(settings)) as other_url:
+        urls = {"direct": provider_url, "dynamic": proxy_url, "litellm-proxy": other_url}
+        result = run_agent(urls, requests=1, throughput_requests=2, repeats=1, warmup=0)
+    cases = result["cases"]
+    assert len(cases) == 2 * 3 * 2 + 3 * 2  # shapes x APIs x streamed or not, and the later turns
+    for name, case in cases.items():
+        ours = case["dynamic"]
+        assert ours["p50_ms"] > 0
+        assert ("first_p50_ms" in ours) == name.endswith("/stream")  # a stream's first text delta was seen
+        if name.startswith("later/"):
+            assert ours["direct_p50_ms"] > 0 and "added_p50_vs_direct" in case["ratios"]
+        else:
+            assert ours["rps"] > 0 and case["ratios"]["added_p50"] != 0
+            assert ("added_first_p50" in case["ratios"]) == name.endswith("/stream")
+    assert result["chat_body_bytes"]["agent"] > 100_000
+    markdown = render_markdown(
+        {"date": "2026-01-01T00:00:00+00:00", "quick": True, "machine": {**MACHINE}, "parts": {"agent": result}}
+    )
+    assert "agent/responses/stream: added p50 and first token <= 0.5x" in markdown
+    assert "later/messages/json: added p50 <= 3x the direct call's time" in markdown

@@ -310,7 +310,12 @@ LEFT_TO_ACOMPLETION: dict[str, dict[str, Any]] = {
     "another-provider": {"model": "gemini/gemini-1.5-pro", "api_base": "http://h/v1", "api_key": "k"},
     "no-api-base": {"model": "openai/test", "api_key": "k"},  # litellm's own endpoint resolution
     "extra-headers": {"model": "openai/test", "api_base": "http://h/v1", "api_key": "k", "extra_headers": {"x": "1"}},
-    "stream": {"model": "openai/test", "api_base": "http://h/v1", "api_key": "k", "stream": True},
+    "stream-options-unstreamed": {
+        "model": "openai/test",
+        "api_base": "http://h/v1",
+        "api_key": "k",
+        "stream_options": {"include_usage": True},
+    },  # an openai/ stream takes the fast path (test_fast_stream.py); its options without a stream do not
     "reasoning": {"model": "openai/test", "api_base": "http://h/v1", "api_key": "k", "reasoning_effort": "low"},
     "image": {
         "model": "openai/test",
@@ -344,6 +349,7 @@ LEFT_TO_ACOMPLETION: dict[str, dict[str, Any]] = {
     "anthropic-json-mode": {**ANTHROPIC, "response_format": {"type": "json_object"}},
     "anthropic-thinking": {**ANTHROPIC, "thinking": {"type": "enabled", "budget_tokens": 1024}},
     "anthropic-stream": {**ANTHROPIC, "stream": True},
+    "azure-stream": {**AZURE, "stream": True},
 }
 ACCEPTED = {
     "openai": {"model": "openai/test", "api_base": "http://h/v1", "api_key": "k"},

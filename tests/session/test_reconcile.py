@@ -31,17 +31,35 @@ def test_a_continuation_hashes_only_the_new_suffix(monkeypatch):
     memo = rc.ChainMemo()
     history = [{"role": "user", "content": f"m{i}"} for i in range(50)]
     memo.hashes("s", history[:40])
-    hashed: list[int] = []
-    real = rc.chain_hashes
-    monkeypatch.setattr(
-        rc, "chain_hashes", lambda messages, start="": hashed.append(len(messages)) or real(messages, start)
-    )
+    hashed: list[str] = []
+    real = rc.message_hash
+    monkeypatch.setattr(rc, "message_hash", lambda message: hashed.append(message["content"]) or real(message))
     assert memo.hashes("s", [dict(m) for m in history]) == chain_hashes(history)  # equal, not identical, dicts
-    assert hashed == [10]
+    assert hashed == [f"m{i}" for i in range(40, 50)]
     edited = [*history[:5], {"role": "user", "content": "changed"}, *history[6:]]
     assert memo.hashes("s", edited) == chain_hashes(edited)
-    assert hashed == [10, 45]  # from the first difference on
-    assert memo.hashes("other", history) == chain_hashes(history)  # sessions do not share entries
+    # From the first difference on the chain is hashed again, but only the changed message canonicalized.
+    assert hashed[10:] == ["changed"]
+    assert memo.hashes("other", history) == chain_hashes(history)
+    assert len(hashed) == 11  # another session's chain reuses every message's hash
+
+
+def test_sessions_that_open_alike_canonicalize_their_shared_messages_once(monkeypatch):
+    """An agent's system prompt opens every session: its canonical hash is made once, by exact digest, and
+    what is remembered is bounded by count (least recently used first out)."""
+    memo = rc.ChainMemo(max_message_hashes=3)
+    system = {"role": "system", "content": "rules " * 10_000}
+    hashed: list[str] = []
+    real = rc.message_hash
+    monkeypatch.setattr(rc, "message_hash", lambda message: hashed.append(message["content"][:5]) or real(message))
+    for session in range(5):
+        messages = [system, {"role": "user", "content": f"task {session}"}]
+        assert memo.hashes(f"s{session}", messages) == chain_hashes(messages)
+    assert hashed == ["rules"] + [f"task {session}"[:5] for session in range(5)]
+    assert len(memo._message_hashes) == 3
+    reordered = {"content": system["content"], "role": "system"}  # equal, but not exactly as sent: hashed anew
+    assert memo.hashes("s9", [reordered]) == chain_hashes([reordered])
+    assert len(hashed) == 7
 
 
 def test_memo_memory_stays_within_its_byte_bound_under_many_large_distinct_sessions():
@@ -85,7 +103,7 @@ def test_a_session_larger_than_the_whole_budget_is_hashed_but_not_kept():
     memo = rc.ChainMemo(max_bytes=1_000)
     messages = [{"role": "user", "content": f"m{i}"} for i in range(100)]
     assert memo.hashes("big", messages) == chain_hashes(messages)
-    assert (memo.size, len(memo._last)) == (0, 0)
+    assert len(memo._last) == 0 and memo.size <= memo.max_bytes  # what is kept: a few message hashes
 
 
 @pytest.mark.parametrize("length", [0, 1, 2, 3, 7, 8, 9, 500, 998, 999, 1000])

@@ -10,11 +10,13 @@ failures raised as that handler raises them and mapped by litellm's ``exception_
 is named in ``surface.LITELLM_SURFACE`` (a unit test imports each one, so an upgrade that moves one fails
 loudly) and is used only here.
 
-The rule (each adapter's ``accepted``): a non-streamed call with an ``api_base`` and an ``api_key``, only
-the route's keys and parameters, plain text or tool messages and plain function tools, a model litellm
-does not bridge to the Responses API, no litellm ``proxy_auth``; and per provider:
+The rule (each adapter's ``accepted``): a call (streamed only where the adapter ``streams``) with an
+``api_base`` and an ``api_key``, only the route's keys and parameters, plain text or tool messages and
+plain function tools, a model litellm does not bridge to the Responses API, no litellm ``proxy_auth``;
+and per provider:
 
-- ``openai/`` (``openai.py``): no class-level ``litellm.OpenAIConfig`` defaults.
+- ``openai/`` (``openai.py``): no class-level ``litellm.OpenAIConfig`` defaults; a stream of a model
+  litellm would not fake-stream.
 - ``azure/<deployment>`` (``azure.py``): an ``api_version`` that is a dated one (not ``v1``/``latest``/
   ``preview``), a deployment litellm serves with its plain ``AzureOpenAIConfig`` (not o-series or
   GPT-5), an ``api_base`` that is a resource endpoint (not a deployment URL or Cloudflare's gateway), no
@@ -24,8 +26,9 @@ does not bridge to the Responses API, no litellm ``proxy_auth``; and per provide
   ``stop``, token limits, ``user``, tools), the ``/v1/messages`` suffix not disabled.
 
 Anything else (another provider, an image part, a route option such as ``extra_headers``) goes through
-``acompletion``. Streams are served by ``acompletion`` too: its stream wrappers' chunk normalization is
-not reproduced here.
+``acompletion``. Streams take the fast path on the ``openai/`` route (``streaming.py``: the SDK's SSE
+reading and litellm's own ``CustomStreamWrapper`` over the pooled connection, ``stream_options`` as the
+client sent it); Azure's and Anthropic's streams stay on ``acompletion``.
 """
 
 from __future__ import annotations
@@ -91,11 +94,19 @@ class FastPath:
     async def complete(self, call: FastCall, timeout: float) -> Any:
         """One provider call that ``accepted`` took; returns litellm's ``ModelResponse`` or raises a litellm
         exception."""
+        # litellm resolves a route's timeout to a float (and says so in its errors)
+        return await call.adapter.complete(self._pool(), call.llm_input, float(timeout), call.scan)
+
+    async def stream(self, call: FastCall, timeout: float) -> Any:
+        """A streamed call that ``accepted`` took: the async iterator of litellm chunks ``acompletion`` returns
+        for it, or a litellm exception (``streaming.py``)."""
+        return await call.adapter.stream(self._pool(), call.llm_input, float(timeout), call.scan)
+
+    def _pool(self) -> httpx.AsyncClient:
         if self._client is None:
             limits = httpx.Limits(max_connections=_MAX_CONNECTIONS, max_keepalive_connections=_MAX_CONNECTIONS)
             self._client = httpx.AsyncClient(limits=limits, follow_redirects=False)
-        # litellm resolves a route's timeout to a float (and says so in its errors)
-        return await call.adapter.complete(self._client, call.llm_input, float(timeout), call.scan)
+        return self._client
 
     def _adapter(self, llm_input: dict[str, Any]) -> Adapter | None:
         model = llm_input.get("model")

@@ -42,6 +42,7 @@ class AzureAdapter(OpenAIAdapter):
     provider = "azure"
     route_keys = ROUTE_KEYS | {"api_version"}
     converts_json_mode = True
+    streams = False  # litellm's Azure handler streams its own way; its streams stay on acompletion
 
     def _accepts(self, llm_input: dict[str, Any]) -> bool:
         p, litellm = self._parts, self._litellm

@@ -21,6 +21,7 @@ from proxy.provider.fast.messages import (
 
 # Keys of a provider call every route understands; a route adds its own (Azure's ``api_version``).
 ROUTE_KEYS = frozenset({"model", "messages", "api_base", "api_key", "timeout", "max_retries", "num_retries"})
+_STREAM_KEYS = frozenset({"stream", "stream_options"})  # what a streamed call adds, on a route that streams
 _TOOL_KEYS = frozenset({"type", "function"})
 _FUNCTION_KEYS = frozenset({"name", "description", "parameters", "strict"})
 
@@ -49,6 +50,7 @@ class Adapter:
     provider = ""  # litellm's custom_llm_provider, and the model prefix
     route_keys = ROUTE_KEYS
     params: tuple[str, ...] = ()  # the OpenAI parameters this route maps
+    streams = False  # whether ``stream`` serves this route's streamed calls (``stream: true``)
 
     def __init__(self, litellm: Any, parts: dict[str, Any]) -> None:
         self._litellm = litellm
@@ -58,14 +60,19 @@ class Adapter:
 
     def accepted(self, llm_input: dict[str, Any]) -> MessageScan | None:
         """The shape every route asks for, with the messages' scan (``scan_messages``: the rule for messages
-        and what is sent of them, in one pass) for ``complete``; ``_accepts`` adds the provider's own
-        conditions. ``None``: not a call this route takes."""
+        and what is sent of them, in one pass) for ``complete`` (or ``stream``, for a route that ``streams``);
+        ``_accepts`` adds the provider's own conditions. ``None``: not a call this route takes."""
         model, api_base = llm_input.get("model"), llm_input.get("api_base")
         if not (isinstance(model, str) and model.startswith(f"{self.provider}/")):
             return None
-        if not (isinstance(api_base, str) and api_base) or llm_input.get("stream"):
+        stream = llm_input.get("stream")
+        if not (isinstance(api_base, str) and api_base) or (stream and not self.streams):
             return None
-        if not set(llm_input) <= self.route_keys | frozenset(self.params):
+        keys = self.route_keys | frozenset(self.params) | (_STREAM_KEYS if stream is True else frozenset())
+        if not set(llm_input) <= keys or stream not in (None, False, True):
+            return None
+        options = llm_input.get("stream_options")
+        if options is not None and not (stream is True and isinstance(options, dict)):
             return None
         if not isinstance(llm_input.get("api_key"), str) or not isinstance(llm_input.get("messages"), list):
             return None
@@ -91,6 +98,14 @@ class Adapter:
     ) -> Any:
         """One provider call of a shape ``accepted`` took (``scan``: what it made of the messages); returns
         litellm's ``ModelResponse`` or raises what acompletion raises."""
+        raise NotImplementedError
+
+    async def stream(
+        self, client: httpx.AsyncClient, llm_input: dict[str, Any], timeout: float, scan: MessageScan
+    ) -> Any:
+        """A streamed call of a shape ``accepted`` took, on a route that ``streams``: the stream opened, its
+        chunks as litellm's stream wrapper yields them to acompletion's caller; or raises what acompletion
+        raises."""
         raise NotImplementedError
 
     def prepare(self, llm_input: dict[str, Any], scan: MessageScan, **provider_params: Any) -> Prepared:
@@ -135,7 +150,8 @@ class Adapter:
             model=model,
             custom_llm_provider=provider,
             messages=messages,
-            stream=False,
+            stream=bool(llm_input.get("stream")),
+            **({"stream_options": llm_input["stream_options"]} if "stream_options" in llm_input else {}),
             max_retries=llm_input.get("num_retries", 0),
             **provider_params,
             **params,

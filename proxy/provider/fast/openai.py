@@ -12,6 +12,7 @@ import openai
 
 from proxy.provider.fast.base import Adapter, Prepared, chained, post_json
 from proxy.provider.fast.messages import MessageScan, splices_messages
+from proxy.provider.fast.streaming import StreamChunks, open_stream
 
 _OPENAI_PARAMS = (
     "temperature",
@@ -40,12 +41,70 @@ class OpenAIAdapter(Adapter):
 
     provider = "openai"
     params = _OPENAI_PARAMS
+    streams = True
     # litellm's Azure handler takes ``json_mode`` (a JSON answer asked for through a tool) out of the
     # params and converts the answer's tool call back; its OpenAI handler leaves both alone.
     converts_json_mode = False
 
+    def __init__(self, litellm: Any, parts: dict[str, Any]) -> None:
+        super().__init__(litellm, parts)
+        self._handler = parts["OpenAIChatCompletion"]()
+        self._chunks = StreamChunks(parts)
+
     def _accepts(self, llm_input: dict[str, Any]) -> bool:
-        return not self._litellm.OpenAIConfig.get_config()  # an operator's module-level OpenAI defaults
+        if self._litellm.OpenAIConfig.get_config():  # an operator's module-level OpenAI defaults
+            return False
+        # a model litellm answers with a non-streamed call made to look like a stream stays on acompletion
+        return not (llm_input.get("stream") and self._fakes_stream(llm_input["model"].split("/", 1)[1]))
+
+    def _fakes_stream(self, model: str) -> bool:
+        p = self._parts
+        config = p["ProviderConfigManager"].get_provider_chat_config(model=model, provider=p["LlmProviders"]("openai"))
+        return config is None or bool(config.should_fake_stream(model=model, custom_llm_provider="openai", stream=True))
+
+    async def stream(
+        self, client: httpx.AsyncClient, llm_input: dict[str, Any], timeout: float, scan: MessageScan
+    ) -> Any:
+        """The streamed call as litellm's OpenAI handler makes it (``async_streaming``): the config's request
+        with ``stream`` and the handler's ``stream_options`` added, the SSE read by the openai SDK's own
+        ``AsyncStream`` into its chunk objects, those turned into litellm's by litellm's ``CustomStreamWrapper``
+        (``fast/streaming.py``)."""
+        try:
+            prepared = self.prepare(llm_input, scan, **self._provider_params(llm_input))
+            data, _ = self._body(prepared)
+            data["stream"] = True
+            data.update(self._stream_options(llm_input.get("stream_options"), prepared.api_base))
+            url, headers = self._endpoint(prepared, llm_input)
+        except Exception as exc:  # completion() maps a request it cannot build too
+            raise self.mapped(llm_input["model"].split("/", 1)[1], exc) from exc
+        try:
+            try:
+                response = await open_stream(client, url, data, headers, timeout)
+            except httpx.TimeoutException as exc:  # the SDK's words: litellm adds none to a stream's
+                raise openai.APITimeoutError(request=_sdk(exc.request)) from exc
+            except httpx.TransportError as exc:
+                raise openai.APIConnectionError(request=_sdk(exc.request)) from exc
+            if response.status_code >= 400:
+                await response.aread()
+                await response.aclose()
+                raise _sdk_status_error(response)
+        except Exception as exc:
+            raise self.mapped(prepared.model, self._wrapped(exc)) from exc
+        return self._chunks.wrapper(
+            response,
+            model=prepared.model,
+            provider=self.provider,
+            messages=prepared.messages,
+            litellm_params=prepared.litellm_params,
+            stream_options=data.get("stream_options"),
+        )
+
+    def _stream_options(self, stream_options: Any, api_base: str) -> dict[str, Any]:
+        """What litellm's OpenAI handler adds to a streamed body (``get_stream_options``)."""
+        added: dict[str, Any] = self._parts["OpenAIChatCompletion"].get_stream_options(
+            self._handler, stream_options=stream_options, api_base=api_base
+        )
+        return added
 
     async def complete(
         self, client: httpx.AsyncClient, llm_input: dict[str, Any], timeout: float, scan: MessageScan

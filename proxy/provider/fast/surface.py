@@ -40,6 +40,9 @@ LITELLM_SURFACE: dict[str, tuple[str, ...]] = {
     "litellm.llms.custom_httpx.http_handler": ("MaskedHTTPStatusError",),
     "litellm.anthropic_beta_headers_manager": ("update_request_with_filtered_beta",),
     "litellm.anthropic_beta_gated_fields": ("strip_beta_gated_request_body",),
+    # streams (``streaming.py``): the OpenAI handler's stream options, litellm's stream wrapper
+    "litellm.llms.openai.openai": ("OpenAIChatCompletion",),
+    "litellm.litellm_core_utils.streaming_handler": ("CustomStreamWrapper",),
 }
 
 

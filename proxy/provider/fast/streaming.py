@@ -1,0 +1,132 @@
+"""A streamed answer on the fast path: the provider's SSE read by the openai SDK's own ``AsyncStream`` (its
+chunk objects, its error events), and those chunks turned into litellm's by litellm's own
+``CustomStreamWrapper``, as ``acompletion`` does for the OpenAI handler (llms/openai/openai.py
+``async_streaming``). What the fast path leaves out is litellm's call bookkeeping: the wrapper is handed
+``StreamLog`` instead of litellm's logging object, so no success or failure callback, cost calculation or
+cache write runs (the proxy configures none of them; the chunks the caller sees do not depend on them).
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import httpx
+import openai
+from openai.types.chat import ChatCompletionChunk
+
+from proxy.kernel import jsonio
+
+
+async def open_stream(
+    client: httpx.AsyncClient, url: str, data: Any, headers: dict[str, str], timeout: float
+) -> httpx.Response:
+    """The POST of a streamed call, its body encoded as ``post_json`` encodes it; returns once the
+    response's head has arrived, its body unread."""
+    if not any(name.lower() == "content-type" for name in headers):
+        headers = {**headers, "Content-Type": "application/json"}
+    request = client.build_request(
+        "POST", url, content=jsonio.dumps(data), headers=headers, timeout=httpx.Timeout(timeout)
+    )
+    return await client.send(request, stream=True)
+
+
+class StreamChunks:
+    """Turns an open provider stream into the iterator ``acompletion`` returns for it."""
+
+    def __init__(self, parts: dict[str, Any]) -> None:
+        self._parts = parts
+        self._sdk: openai.AsyncOpenAI | None = None  # made on the first stream: a backend may never stream
+
+    def wrapper(
+        self,
+        response: httpx.Response,
+        *,
+        model: str,
+        provider: str,
+        messages: list[Any],
+        litellm_params: dict[str, Any],
+        stream_options: dict[str, Any] | None,
+    ) -> Any:
+        """litellm's ``CustomStreamWrapper`` over the SDK's ``AsyncStream`` of ``response``."""
+        if self._sdk is None:
+            # The SDK's stream reads its client for two things only: its SSE decoder and the chunk construction.
+            self._sdk = openai.AsyncOpenAI(api_key="unused", base_url="http://127.0.0.1:9/unused")
+        sdk_stream = openai.AsyncStream(cast_to=ChatCompletionChunk, response=response, client=self._sdk)  # type: ignore[arg-type]
+        log = StreamLog(model, provider, messages, litellm_params, stream_options)
+        return self._parts["CustomStreamWrapper"](
+            completion_stream=_closing(sdk_stream, response),
+            model=model,
+            custom_llm_provider=provider,
+            logging_obj=log,
+            stream_options=stream_options,
+            _response_headers=dict(response.headers),
+        )
+
+
+async def _closing(sdk_stream: Any, response: httpx.Response) -> Any:
+    """The SDK stream's chunks; the response is closed however the iteration ends."""
+    try:
+        async for chunk in sdk_stream:
+            yield chunk
+    finally:
+        await response.aclose()
+
+
+class StreamLog:
+    """What ``CustomStreamWrapper`` reads of litellm's logging object, without the callbacks it would run."""
+
+    call_type = "acompletion"
+    llm_caching_handler = None
+
+    def __init__(
+        self,
+        model: str,
+        provider: str,
+        messages: list[Any],
+        litellm_params: dict[str, Any],
+        stream_options: dict[str, Any] | None,
+    ) -> None:
+        self.model = model
+        self.messages = messages
+        self.stream_options = stream_options
+        self.optional_params: dict[str, Any] = {}
+        self.completion_start_time: datetime.datetime | None = None
+        self.model_call_details: dict[str, Any] = {
+            "litellm_params": litellm_params,
+            "custom_llm_provider": provider,
+            "model": model,
+        }
+
+    def update_completion_start_time(self, completion_start_time: datetime.datetime) -> None:
+        """Noted, as litellm's logging object notes it."""
+        self.completion_start_time = completion_start_time
+
+    def is_sync_litellm_request(self, litellm_params: Any) -> bool:
+        """A fast-path call is never litellm's sync ``completion``."""
+        return False
+
+    def response_cost_calculator(self, *args: Any, **kwargs: Any) -> None:
+        """No cost is calculated (the proxy prices usage itself)."""
+        return None
+
+    async def dispatch_success_handlers(self, *args: Any, **kwargs: Any) -> None:
+        """No success callbacks."""
+
+    async def dispatch_attempt_failure_handlers(self, *args: Any, **kwargs: Any) -> None:
+        """No failure callbacks."""
+
+    def success_handler(self, *args: Any, **kwargs: Any) -> None:
+        """No success callbacks."""
+
+    async def async_success_handler(self, *args: Any, **kwargs: Any) -> None:
+        """No success callbacks."""
+
+    def failure_handler(self, *args: Any, **kwargs: Any) -> None:
+        """No failure callbacks."""
+
+    def record_failure_after_earlier_rounds(self, *args: Any, **kwargs: Any) -> None:
+        """No spend is recorded."""
+
+    def record_native_bedrock_guardrail(self, *args: Any, **kwargs: Any) -> None:
+        """No guardrail runs on this path (read when litellm rebuilds the whole answer for usage)."""
