@@ -69,10 +69,12 @@ class BillingAnthropic(ScriptedAnthropic):
     def __init__(self, steps: int) -> None:
         super().__init__(self._script)
         self.steps = steps
-        self.bills: list[dict[str, Any]] = []
+        self.bills: list[dict[str, Any]] = []  # per request: prompt, read, write, and whether it was a summary
+        self.summary_next = False
 
     def _script(self, body: dict[str, Any]) -> MessageReply:
         if SUMMARY_MARKER in _text(body.get("system")) + _text((body.get("messages") or [{}])[0].get("content")):
+            self.summary_next = True
             return MessageReply((Text(checkpoint_for(_text(body["messages"][-1]["content"]))),))
         step = _last_step(_text(body["messages"][-1]["content"]))
         if step >= self.steps:
@@ -84,7 +86,9 @@ class BillingAnthropic(ScriptedAnthropic):
         answer = super().message(body, reply, number, bill)
         usage = answer["usage"]
         read, write = usage["cache_read_input_tokens"], usage["cache_creation_input_tokens"]
-        self.bills.append({"prompt": usage["input_tokens"] + read + write, "read": read, "write": write})
+        bill = {"prompt": usage["input_tokens"] + read + write, "read": read, "write": write}
+        self.bills.append({**bill, "summary": self.summary_next})
+        self.summary_next = False
         return answer
 
 
@@ -94,12 +98,14 @@ class BillingResponses(ScriptedResponses):
     def __init__(self, steps: int) -> None:
         super().__init__(self._script)
         self.steps = steps
-        self.bills: list[dict[str, Any]] = []
+        self.bills: list[dict[str, Any]] = []  # per request: prompt, read, write, and whether it was a summary
+        self.summary_next = False
 
     def _script(self, body: dict[str, Any]) -> ResponseReply:
         items = body.get("input") or []
         head = _text(body.get("instructions")) + (_text(items[0].get("content")) if items else "")
         if SUMMARY_MARKER in head:
+            self.summary_next = True
             return ResponseReply((Message(checkpoint_for(_text(items[-1].get("content")))),))
         outputs = [item for item in items if item.get("type") == "function_call_output"]
         step = _last_step(str(outputs[-1].get("output"))) if outputs else 0
@@ -114,7 +120,8 @@ class BillingResponses(ScriptedResponses):
         answer = super().response(body, items, reply, number)
         usage = answer["usage"]
         cached = usage["input_tokens_details"]["cached_tokens"]
-        self.bills.append({"prompt": usage["input_tokens"], "read": cached, "write": 0})
+        self.bills.append({"prompt": usage["input_tokens"], "read": cached, "write": 0, "summary": self.summary_next})
+        self.summary_next = False
         return answer
 
 
@@ -208,9 +215,10 @@ def _rules(
 ) -> dict[str, Any]:
     """The session through the proxy, then straight to the provider; both paths' billed input."""
     with serve_in_thread(stand_in.app()) as url, tempfile.TemporaryDirectory(prefix="bench-caching-") as folder:
-        settings = Settings(data_dir=Path(folder), models=(route(url),))
+        settings = Settings(data_dir=Path(folder), models=(route(url),), trace_enabled=True)
         with serve_in_thread(create_app(settings)) as proxy:
             proxy_calls = session(proxy, True)
+        compacted = _compacted_turns(settings.resolved_trace_dir)
         proxy_bills, stand_in.bills = stand_in.bills, []
         direct_calls = session(url, False)
         direct_bills = stand_in.bills
@@ -222,6 +230,48 @@ def _rules(
         "proxy_vs_passthrough": through["input_cost"] / passthrough["input_cost"]
         if passthrough["input_cost"]
         else None,
+        "uncompacted_read_share": _uncompacted_read_share(proxy_bills, compacted),
+        # The same figure straight to the provider (it never compacts): what the session's own new tokens allow.
+        "passthrough_read_share": _uncompacted_read_share(direct_bills, [False] * len(direct_bills)),
+        "while_passthrough_fits": _while_fits(proxy_bills, direct_bills, window, write_price),
+    }
+
+
+def _compacted_turns(traces: Path) -> list[bool]:
+    """Per model call of the client's (the proxy's traces in turn order): whether the proxy compacted on it
+    (a body previewed for the first time, or a checkpoint written)."""
+    records = sorted(
+        (json.loads(path.read_text()) for path in traces.rglob("*.json")), key=lambda t: (t["turn"], t.get("round", 0))
+    )
+    return [bool(t["compaction"]["compactedRefs"] or t["compaction"]["summarizedMessages"]) for t in records]
+
+
+def _uncompacted_read_share(bills: list[dict[str, Any]], compacted: list[bool]) -> dict[str, Any]:
+    """Cache reads over prompt tokens, summed over the client's calls after its first on which the proxy did
+    not compact (issue 38's goal: at least 90%)."""
+    calls = [bill for bill in bills if not bill["summary"]]
+    kept = [bill for index, (bill, changed) in enumerate(zip(calls, compacted, strict=False)) if index and not changed]
+    prompt = sum(bill["prompt"] for bill in kept)
+    return {"turns": len(kept), "share": sum(bill["read"] for bill in kept) / prompt if prompt else None}
+
+
+def _while_fits(
+    proxy_bills: list[dict[str, Any]], direct_bills: list[dict[str, Any]], window: int, write_price: float
+) -> dict[str, Any]:
+    """The proxy's input cost over the passthrough's on the client's calls where the passthrough still fit the
+    window, the summarizer calls made meanwhile included (issue 38's goal: at most 1.05x)."""
+    fits = next((i for i, bill in enumerate(direct_bills) if bill["prompt"] > window), len(direct_bills))
+    through: list[dict[str, Any]] = []
+    calls = 0
+    for bill in proxy_bills:
+        if calls == fits:
+            break
+        through.append(bill)
+        calls += not bill["summary"]
+    direct = summarize(direct_bills[:fits], write_price)["input_cost"]
+    return {
+        "client_calls": fits,
+        "ratio": summarize(through, write_price)["input_cost"] / direct if direct else None,
     }
 
 

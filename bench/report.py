@@ -246,6 +246,25 @@ def _caching_goals(c: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
                 f"{ratio:.2f}x over {c['steps']} steps" + ("" if judged else " (n/a: fewer than 100 steps)"),
             )
         )
+        share, direct = rules.get("uncompacted_read_share") or {}, rules.get("passthrough_read_share") or {}
+        if share.get("share") is not None:
+            out.append(
+                (
+                    f"cache reads >= 90% of prompt tokens on turns the proxy did not compact ({name})",
+                    share["share"] >= 0.9,
+                    f"{share['share']:.1%} over {share['turns']} turns (passthrough, never compacting: "
+                    f"{direct.get('share') or 0:.1%}; each turn's new tool output is never cached)",
+                )
+            )
+        fits = rules.get("while_passthrough_fits") or {}
+        if fits.get("ratio") is not None:
+            out.append(
+                (
+                    f"input cost <= 1.05x passthrough's while passthrough fits the window ({name})",
+                    fits["ratio"] <= 1.05,
+                    f"{fits['ratio']:.2f}x over the first {fits['client_calls']} calls",
+                )
+            )
     return out
 
 

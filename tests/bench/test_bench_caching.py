@@ -1,4 +1,4 @@
-"""Part 8 at a tiny size: the caching stand-ins bill a compacting session through the proxy and straight to them."""
+"""Part 9 at a tiny size: the caching stand-ins bill a compacting session through the proxy and straight to them."""
 
 from __future__ import annotations
 
@@ -28,3 +28,16 @@ def test_the_caching_part_measures_both_paths_under_both_rules() -> None:
     page = render_markdown({"date": "d", "quick": True, "plan": {}, "machine": MACHINE, "parts": {"caching": result}})
     assert "## 9. Prompt caching: 8 steps" in page and "proxy / passthrough" in page
     assert "(n/a: fewer than 100 steps)" in page  # the issue's goal is judged on its own run only
+
+
+def test_the_caching_part_judges_the_uncompacted_turns_and_the_turns_passthrough_fits() -> None:
+    """Issue 38's other two goals have figures of their own: cache reads on turns the proxy did not compact
+    (read from its traces), and the cost ratio over the calls where the passthrough still fit the window."""
+    result = run_caching(8, window=16_000)
+    for rules in result["rules"].values():
+        share = rules["uncompacted_read_share"]
+        assert 0 < share["turns"] < 10 and 0 < share["share"] < 1
+        fits = rules["while_passthrough_fits"]
+        assert 0 < fits["client_calls"] <= rules["client_calls"]["passthrough"] and fits["ratio"] > 0
+    page = render_markdown({"date": "d", "quick": True, "plan": {}, "machine": MACHINE, "parts": {"caching": result}})
+    assert "turns the proxy did not compact" in page and "while passthrough fits the window" in page
