@@ -454,3 +454,36 @@ def test_a_gateways_team_header_is_believed_only_with_its_secret_or_from_its_net
         model="test-model", messages=OPENING, extra_headers={"x-team": "alpha", "x-session-id": "s"}
     )
     assert answer.headers["x-context-id"] == "team.alpha.s"
+
+
+def test_another_teams_compaction_token_is_dropped_like_one_never_issued(
+    start_proxy: Callable[..., ProxyHandle], provider: ProviderHandle
+) -> None:
+    proxy = start_proxy(master_key=MASTER)
+    keys = {team: generate(proxy, team_id=team)["key"] for team in ("alpha", "beta")}
+    history = [
+        {"type": "message", "role": "user", "content": "The sample code is ORCHID-7. Note it."},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Noted."}]},
+    ]
+    compacted = httpx.post(
+        f"{proxy.url}/v1/responses/compact",
+        json={"model": "test-model", "input": history},
+        headers={"Authorization": f"Bearer {keys['alpha']}", "x-session-id": "s"},
+        timeout=60,
+    )
+    assert compacted.status_code == 200, compacted.text
+    item = compacted.json()["output"][-1]
+    assert item["type"] == "compaction"
+
+    def continue_with(team: str) -> str:
+        provider.history.clear()
+        answer = proxy.client(api_key=keys[team]).responses.create(
+            model="test-model",
+            input=[item, {"type": "message", "role": "user", "content": "What was the code?"}],  # type: ignore[list-item]
+            extra_headers={"x-session-id": "s"},
+        )
+        assert answer.status == "completed"
+        return json.dumps(provider.history[-1]["messages"])
+
+    assert "ORCHID-7" in continue_with("alpha")  # its own checkpoint stands in for the compacted history
+    assert "ORCHID-7" not in continue_with("beta")

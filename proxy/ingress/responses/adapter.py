@@ -97,7 +97,7 @@ class ResponsesIngress:
         items = items[: triggers[0]] if triggers else items
         tools = translate_tools(request.tools or [])
         # Another team's compaction token is one this proxy did not issue, as far as this key can tell.
-        tokens = [t for t in _compaction_tokens(items) if principal.owns(issued_checkpoints.token_context(t))]
+        tokens = [t for t in _compaction_tokens(items) if _not_another_teams(t, principal)]
         checkpoints = await service.issued_checkpoints(tokens)
         native = route.api == "responses"  # the client speaks its route's own API: native passage
         in_place = {token: issued.message for token, issued in checkpoints.items()}
@@ -251,6 +251,15 @@ def _remembering(
         await records.put(response_id, ResponseRecord(identity.context_id, head, bool(request.instructions), response))
 
     return remember
+
+
+def _not_another_teams(token: str, principal: Principal) -> bool:
+    """Is ``token`` not another team's compaction token? One that is no token of ours passes (the service
+    leaves out what it did not issue)."""
+    try:
+        return principal.owns(issued_checkpoints.token_context(token))
+    except ValueError:
+        return True
 
 
 def _compaction_tokens(items: list[dict[str, Any]]) -> list[str]:
