@@ -250,9 +250,17 @@ def _uncompacted_read_share(bills: list[dict[str, Any]], compacted: list[bool]) 
     """Cache reads over prompt tokens, summed over the client's calls after its first on which the proxy did
     not compact (issue 38's goal: at least 90%)."""
     calls = [bill for bill in bills if not bill["summary"]]
-    kept = [bill for index, (bill, changed) in enumerate(zip(calls, compacted, strict=False)) if index and not changed]
-    prompt = sum(bill["prompt"] for bill in kept)
-    return {"turns": len(kept), "share": sum(bill["read"] for bill in kept) / prompt if prompt else None}
+    kept = [i for i, changed in enumerate(compacted[: len(calls)]) if i and not changed]
+    prompt = sum(calls[i]["prompt"] for i in kept)
+    read = sum(calls[i]["read"] for i in kept)
+    # What those turns could have read at most: the whole prompt the call before them sent (their own new
+    # messages, the tool output the agent just added, were never sent before).
+    before = sum(calls[i - 1]["prompt"] for i in kept)
+    return {
+        "turns": len(kept),
+        "share": read / prompt if prompt else None,
+        "of_previous_prompt": read / before if before else None,
+    }
 
 
 def _while_fits(

@@ -252,7 +252,8 @@ def _caching_goals(c: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
                 (
                     f"cache reads >= 90% of prompt tokens on turns the proxy did not compact ({name})",
                     share["share"] >= 0.9,
-                    f"{share['share']:.1%} over {share['turns']} turns (passthrough, never compacting: "
+                    f"{share['share']:.1%} over {share['turns']} turns, {share.get('of_previous_prompt') or 0:.1%} "
+                    f"of the previous call's whole prompt (passthrough, never compacting: "
                     f"{direct.get('share') or 0:.1%}; each turn's new tool output is never cached)",
                 )
             )
