@@ -89,32 +89,53 @@ def without_calls(message: Mapping[str, Any], names: frozenset[str]) -> dict[str
     return out
 
 
-_PROXY, _HELD = -1, -2  # where a provider tool-call index goes: held back for good, or held with the proxy's
+PROXY, HELD = -1, -2  # where a provider call's index goes: held back for good, or held with the proxy's
 
 
-class ChatRoundRelay:
-    """``RoundRelay`` for OpenAI chat chunks."""
+class RelayState:
+    """What every API's relay keeps: the events relayed and this round's, whether a proxy call was seen in
+    this round and a client call in the answer, and what the answer's messages are made of. ``_message``
+    reads events into the chat form of the message they make (each API its own way)."""
 
     def __init__(self, proxy_tools: frozenset[str]) -> None:
         self._proxy = proxy_tools
-        self._envelope: dict[str, Any] | None = None  # the first round's id, created and model
-        self._relayed: list[dict[str, Any]] = []
-        self._round: list[dict[str, Any]] = []
-        self._calls: dict[int, int] = {}  # this round: provider index -> client index, _PROXY or _HELD
-        self._held: dict[int, list[tuple[dict[str, Any], dict[str, Any]]]] = {}  # client calls held: (chunk, delta)
-        self._proxy_seen = False
-        self._next_call = 0
+        self._relayed: list[dict[str, Any]] = []  # what the client got
+        self._round: list[dict[str, Any]] = []  # this round's provider events, all of them
+        self._proxy_seen = False  # a proxy call in this round: later client calls of the round are held
         self._client_called = False
-        self._text = False
-        self._finish: dict[str, Any] | None = None  # this round's chunk with the finish reason, held
-        self._usages: list[dict[str, Any]] = []  # usage chunks, held to the end
+        self._text = False  # the client got text: no notice is needed when the proxy's calls are dropped
         self._rounds = 0
-        self._last: list[dict[str, Any]] = []
+        self._last: list[dict[str, Any]] = []  # the last round's events, once closed
         self._dropped: frozenset[str] = frozenset()
 
     @property
     def client_called(self) -> bool:
         return self._client_called
+
+    def round_message(self) -> dict[str, Any]:
+        return self._message(self._round)
+
+    def client_message(self) -> dict[str, Any]:
+        return self._message(self._relayed)
+
+    def last_message(self) -> dict[str, Any]:
+        return without_calls(self._message(self._last), self._dropped)
+
+    def _message(self, events: list[dict[str, Any]]) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class ChatRoundRelay(RelayState):
+    """``RoundRelay`` for OpenAI chat chunks."""
+
+    def __init__(self, proxy_tools: frozenset[str]) -> None:
+        super().__init__(proxy_tools)
+        self._envelope: dict[str, Any] | None = None  # the first round's id, created and model
+        self._calls: dict[int, int] = {}  # this round: provider index -> client index, PROXY or HELD
+        self._held: dict[int, list[tuple[dict[str, Any], dict[str, Any]]]] = {}  # client calls held: (chunk, delta)
+        self._next_call = 0
+        self._finish: dict[str, Any] | None = None  # this round's chunk with the finish reason, held
+        self._usages: list[dict[str, Any]] = []  # usage chunks, held to the end
 
     def feed(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         self._round.append(event)
@@ -128,9 +149,6 @@ class ChatRoundRelay:
             self._finish = event
             return []
         return self._out(event)
-
-    def round_message(self) -> dict[str, Any]:
-        return accumulate(self._round)
 
     def next_round(self) -> list[dict[str, Any]]:
         out = self._out(_without_finish(self._finish)) if self._finish is not None else []
@@ -166,11 +184,8 @@ class ChatRoundRelay:
         self._relayed += out
         return out
 
-    def client_message(self) -> dict[str, Any]:
-        return accumulate(self._relayed)
-
-    def last_message(self) -> dict[str, Any]:
-        return without_calls(accumulate(self._last), self._dropped)
+    def _message(self, events: list[dict[str, Any]]) -> dict[str, Any]:
+        return accumulate(events)
 
     def _out(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
         """The chunk as the client gets it now: proxy calls (and client calls after one) held back, call
@@ -187,9 +202,9 @@ class ChatRoundRelay:
         kept: list[dict[str, Any]] = []
         for call in calls:
             index = self._place(call)
-            if index == _HELD:
+            if index == HELD:
                 self._held.setdefault(int(call.get("index", 0)), []).append((chunk, call))
-            elif index != _PROXY:
+            elif index != PROXY:
                 kept.append(call if index == call.get("index", 0) else {**call, "index": index})
         if kept == calls:
             return [self._relayed_now(self._stamped(chunk))]
@@ -204,9 +219,9 @@ class ChatRoundRelay:
         if index not in self._calls:
             name = (call.get("function") or {}).get("name")
             if name in self._proxy:
-                self._calls[index], self._proxy_seen = _PROXY, True
+                self._calls[index], self._proxy_seen = PROXY, True
             elif self._proxy_seen:
-                self._calls[index] = _HELD
+                self._calls[index] = HELD
             else:
                 self._calls[index], self._client_called = self._next_call, True
                 self._next_call += 1

@@ -15,39 +15,26 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
-from proxy.runtime.rounds import ROUND_LIMIT_NOTICE, summed, without_calls
+from proxy.runtime.rounds import HELD, PROXY, ROUND_LIMIT_NOTICE, RelayState, summed
 
 if TYPE_CHECKING:
     from proxy.ingress.messages.native import AnthropicCodec
 
-_PROXY, _HELD = -1, -2  # where a provider block index goes: held back for good, or held with the proxy's
 _NOTICE = ROUND_LIMIT_NOTICE
 _CALL_BLOCKS = frozenset({"tool_use"})  # the client's own calls (server-tool blocks run at the provider)
 
 
-class AnthropicRoundRelay:
+class AnthropicRoundRelay(RelayState):
     """``RoundRelay`` for Anthropic Messages stream events."""
 
     def __init__(self, codec: AnthropicCodec, proxy_tools: frozenset[str]) -> None:
+        super().__init__(proxy_tools)
         self._codec = codec
-        self._proxy = proxy_tools
-        self._relayed: list[dict[str, Any]] = []
-        self._round: list[dict[str, Any]] = []
-        self._blocks: dict[int, int] = {}  # this round: provider index -> client index, _PROXY or _HELD
+        self._blocks: dict[int, int] = {}  # this round: provider index -> client index, PROXY or HELD
         self._held: dict[int, list[dict[str, Any]]] = {}  # client calls held with a proxy call: their events
-        self._proxy_seen = False
         self._next_block = 0
-        self._client_called = False
-        self._text = False
         self._ending: list[dict[str, Any]] = []  # this round's message_delta and message_stop, held
         self._usages: list[dict[str, Any]] = []  # every round's usage (message_start's, then message_delta's)
-        self._rounds = 0
-        self._last: list[dict[str, Any]] = []
-        self._dropped: frozenset[str] = frozenset()
-
-    @property
-    def client_called(self) -> bool:
-        return self._client_called
 
     def feed(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         self._round.append(event)
@@ -63,9 +50,6 @@ class AnthropicRoundRelay:
         if kind in ("content_block_start", "content_block_delta", "content_block_stop"):
             return self._block_event(event)
         return self._relay(event)  # ping, error: as they came
-
-    def round_message(self) -> dict[str, Any]:
-        return self._message(self._round)
 
     def next_round(self) -> list[dict[str, Any]]:
         self._rounds += 1
@@ -105,12 +89,6 @@ class AnthropicRoundRelay:
         self._relayed += out
         return out
 
-    def client_message(self) -> dict[str, Any]:
-        return self._message(self._relayed)
-
-    def last_message(self) -> dict[str, Any]:
-        return without_calls(self._message(self._last), self._dropped)
-
     def _block_event(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         """A content block's event as the client gets it now: proxy calls (and client calls after one) held
         back, indices counted over the answer."""
@@ -118,9 +96,9 @@ class AnthropicRoundRelay:
         if event.get("type") == "content_block_start":
             block = event.get("content_block") or {}
             if block.get("type") in _CALL_BLOCKS and block.get("name") in self._proxy:
-                self._blocks[index], self._proxy_seen = _PROXY, True
+                self._blocks[index], self._proxy_seen = PROXY, True
             elif block.get("type") in _CALL_BLOCKS and self._proxy_seen:
-                self._blocks[index] = _HELD
+                self._blocks[index] = HELD
             else:
                 self._blocks[index] = self._next_block
                 self._next_block += 1
@@ -129,9 +107,9 @@ class AnthropicRoundRelay:
                 if block.get("type") == "text":
                     self._text = True
         place = self._blocks.get(index, index)
-        if place == _PROXY:
+        if place == PROXY:
             return []
-        if place == _HELD:
+        if place == HELD:
             self._held.setdefault(index, []).append(copy.deepcopy(event))
             return []
         return self._relay(event if place == index else {**event, "index": place})

@@ -16,43 +16,30 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
-from proxy.runtime.rounds import ROUND_LIMIT_NOTICE, summed, without_calls
+from proxy.runtime.rounds import HELD, PROXY, ROUND_LIMIT_NOTICE, RelayState, summed
 
 if TYPE_CHECKING:
     from proxy.ingress.responses.native import ResponsesCodec
 
-_PROXY, _HELD = -1, -2  # where a provider output index goes: held back for good, or held with the proxy's
 _CALL_ITEMS = frozenset({"function_call", "custom_tool_call"})  # the client's own calls
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 _OPENING = frozenset({"response.created", "response.in_progress", "response.queued"})
 
 
-class ResponsesRoundRelay:
+class ResponsesRoundRelay(RelayState):
     """``RoundRelay`` for Responses API stream events."""
 
     def __init__(self, codec: ResponsesCodec, proxy_tools: frozenset[str]) -> None:
+        super().__init__(proxy_tools)
         self._codec = codec
-        self._proxy = proxy_tools
-        self._relayed: list[dict[str, Any]] = []
-        self._round: list[dict[str, Any]] = []
-        self._items: dict[int, int] = {}  # this round: provider output index -> client index, _PROXY or _HELD
+        self._items: dict[int, int] = {}  # this round: provider output index -> client index, PROXY or HELD
         self._held: dict[int, list[dict[str, Any]]] = {}  # client calls held with a proxy call: their events
-        self._proxy_seen = False
         self._next_item = 0
         self._sequence = 0
-        self._client_called = False
-        self._text = False
         self._terminal: dict[str, Any] | None = None  # this round's terminal event, held
         self._usages: list[dict[str, Any]] = []
         self._opening: dict[str, Any] = {}  # the first round's response (id, created_at, model, ...)
         self._given: list[dict[str, Any]] = []  # the items the client got, in its order
-        self._rounds = 0
-        self._last: list[dict[str, Any]] = []
-        self._dropped: frozenset[str] = frozenset()
-
-    @property
-    def client_called(self) -> bool:
-        return self._client_called
 
     def feed(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         self._round.append(event)
@@ -72,9 +59,6 @@ class ResponsesRoundRelay:
         if "output_index" in event:
             return self._item_event(event)
         return self._relay(event)  # error and events the proxy does not know: as they came
-
-    def round_message(self) -> dict[str, Any]:
-        return self._message(self._round)
 
     def next_round(self) -> list[dict[str, Any]]:
         self._rounds += 1
@@ -104,12 +88,6 @@ class ResponsesRoundRelay:
         out += self._relay({"type": kind, "response": response, "sequence_number": 0})  # numbered as it goes
         return out
 
-    def client_message(self) -> dict[str, Any]:
-        return self._message(self._relayed)
-
-    def last_message(self) -> dict[str, Any]:
-        return without_calls(self._message(self._last), self._dropped)
-
     def _item_event(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         """An output item's event as the client gets it now: proxy calls (and client calls after one) held
         back, output indices counted over the answer."""
@@ -118,18 +96,18 @@ class ResponsesRoundRelay:
             item = event.get("item") or {}
             call = item.get("type") in _CALL_ITEMS
             if call and self._codec.call_name(item) in self._proxy:
-                self._items[index], self._proxy_seen = _PROXY, True
+                self._items[index], self._proxy_seen = PROXY, True
             elif call and self._proxy_seen:
-                self._items[index] = _HELD
+                self._items[index] = HELD
             else:
                 self._items[index] = self._next_item
                 self._next_item += 1
                 self._client_called = self._client_called or call
                 self._text = self._text or item.get("type") == "message"
         place = self._items.get(index, index)
-        if place == _PROXY:
+        if place == PROXY:
             return []
-        if place == _HELD:
+        if place == HELD:
             self._held.setdefault(index, []).append(copy.deepcopy(event))
             return []
         return self._relay({**event, "output_index": place})
