@@ -12,6 +12,9 @@ ones, in this process (the figures are tokens, not times):
 - OpenAI's rules over ``/v1/responses`` (``proxy/provider/scripted_responses_cache.py``): prefixes of 1,024
   tokens and more cached by themselves, in 128-token steps, per ``prompt_cache_key``; the client sends none
   (the Agents SDK's way), so the proxy's session key is what groups a session's calls.
+- Anthropic's rules again under a Chat Completions client with litellm's moving mark (its system prompt and the
+  last part of its newest message marked), through litellm's adaptation; its passthrough is the proxy in
+  legacy mode (a plain litellm gateway), since a chat client cannot speak to Anthropic itself.
 
 Every figure is read at the provider's socket: each stand-in keeps the usage it billed for every request,
 the summarizer's included. Input is priced at the rules' multiples of the input price (a cache read 0.1x,
@@ -186,6 +189,46 @@ def _responses_session(sdk: openai.OpenAI, model: str, steps: int) -> int:
     raise RuntimeError("the Responses session did not finish")
 
 
+def _moving_mark(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A chat client's moving mark (litellm's documented way to cache with Anthropic over Chat Completions):
+    its messages' text is kept as content parts, and the newest message's last part carries ``cache_control``;
+    the mark moves on with every turn."""
+    *older, newest = messages
+    parts = [dict(part) for part in newest["content"]]
+    parts[-1]["cache_control"] = MARK
+    return [*older, {**newest, "content": parts}]
+
+
+def _chat_session(sdk: openai.OpenAI, model: str, steps: int) -> int:
+    """A Chat Completions agent on an Anthropic model, its system prompt marked and a moving mark on its
+    newest message; returns its client calls."""
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "run_step", "description": "Run one step.", "parameters": {"type": "object"}},
+        }
+    ]
+    system = {"role": "system", "content": [{"type": "text", "text": SYSTEM_TEXT, "cache_control": MARK}]}
+    messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": "Run the protocol."}]}]
+    for call in range(1, steps + 3):
+        answer = sdk.chat.completions.create(
+            model=model,
+            max_tokens=1_000,
+            messages=[system, *_moving_mark(messages)],  # type: ignore[list-item]
+            tools=tools,  # type: ignore[arg-type]
+            extra_headers={"x-session-id": "bench-caching"},
+        )
+        message = answer.choices[0].message
+        messages.append(message.model_dump(exclude_none=True))
+        if not message.tool_calls:
+            return call
+        for tool_call in message.tool_calls:
+            step = int(json.loads(tool_call.function.arguments)["step"])  # type: ignore[union-attr]
+            output = [{"type": "text", "text": tool_output(step, OUTPUT_BYTES)}]
+            messages.append({"role": "tool", "tool_call_id": tool_call.id, "content": output})
+    raise RuntimeError("the chat session did not finish")
+
+
 def summarize(bills: list[dict[str, Any]], write_price: float) -> dict[str, Any]:
     """One path's billed input: tokens read from the cache, written to it and uncached, and what they cost
     against the same tokens uncached (in input-price units)."""
@@ -305,6 +348,25 @@ def run_caching(steps: int, window: int = WINDOW_TOKENS) -> dict[str, Any]:
         with openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0) as sdk:
             return _responses_session(sdk, model, steps)
 
+    def chat_route(url: str) -> ModelRoute:
+        params = {"model": "anthropic/claude-sonnet-4-5", "api_base": url, "api_key": ANTHROPIC_KEY}
+        return ModelRoute("agent", params, max_input_tokens=window, max_output_tokens=4_000, configured_api="chat")
+
+    def chat_session(base: str, through_proxy: bool) -> int:
+        if through_proxy:
+            with openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0) as sdk:
+                return _chat_session(sdk, "agent", steps)
+        # A chat client cannot speak to Anthropic itself: its passthrough is the proxy in legacy mode, which
+        # forwards what the client sent through litellm unchanged (what a plain litellm gateway does).
+        with (
+            tempfile.TemporaryDirectory(prefix="bench-caching-legacy-") as folder,
+            serve_in_thread(
+                create_app(Settings(data_dir=Path(folder), models=(chat_route(base),), mode="legacy"))
+            ) as gateway,
+            openai.OpenAI(base_url=f"{gateway}/v1", api_key="x", max_retries=0) as sdk,
+        ):
+            return _chat_session(sdk, "agent", steps)
+
     return {
         "steps": steps,
         "window_tokens": window,
@@ -314,6 +376,7 @@ def run_caching(steps: int, window: int = WINDOW_TOKENS) -> dict[str, Any]:
                 BillingAnthropic(steps), anthropic_route, anthropic_session, window, WRITE_PRICE
             ),
             "openai_responses": _rules(BillingResponses(steps), responses_route, responses_session, window, 1.0),
+            "anthropic_chat": _rules(BillingAnthropic(steps), chat_route, chat_session, window, WRITE_PRICE),
         },
         "seconds": round(time.perf_counter() - started, 1),
     }

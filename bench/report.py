@@ -227,6 +227,7 @@ def render_markdown(report: dict[str, Any]) -> str:
 _RULES = {
     "anthropic_messages": "Anthropic's rules over /v1/messages",
     "openai_responses": "OpenAI's over /v1/responses",
+    "anthropic_chat": "Anthropic's over /v1/chat/completions, a moving mark",
 }
 CACHING_COST_GOAL = 0.4  # issue 38: the proxy's cost over the unlimited-window passthrough's, 100 steps in 64k
 
