@@ -20,6 +20,7 @@ from proxy.builder import Services
 from proxy.edge.answering import HANDLERS, answering
 from proxy.edge.recording import RecordingMiddleware
 from proxy.edge.request_reader import RequestReader
+from proxy.edge.trailing_slash import TrailingSlashMiddleware
 from proxy.ingress.chat.adapter import ChatIngress
 from proxy.ingress.front_door import FrontDoor
 from proxy.ingress.key_admin import KeyAdmin
@@ -85,6 +86,7 @@ def create_app(
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=HANDLERS)
     if services.recorder is not None:
         app.add_middleware(RecordingMiddleware, recorder=services.recorder)
+    app.add_middleware(TrailingSlashMiddleware)  # outermost: a recording sees the path that was served
     app.state.drain = drain  # the server starts it on shutdown (proxy.process.drain.DrainingServer)
     app.state.heap_trimmer = heap
     return app

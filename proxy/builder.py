@@ -3,7 +3,8 @@
 ``Services`` opens the store, makes the provider backend (recorded when a record folder is set), reads the
 framing secret, builds the turn service (``build_service``: the contributor registries, the pipeline, the
 proxy-owned tools) and the observers, and closes what it opened when the app stops. Everything is
-composed once at start-up; the registries are frozen, so no package can change them while sessions run.
+composed once at start-up; the registries are frozen, so no package can change them while sessions run
+(each run gets its own, composed from the same checked factories: ``proxy/context/registry.py``).
 ``check_settings`` is what ``serve`` checks before it starts. Parts handed in (tests, the replay command)
 are used as they are and left open.
 """
@@ -22,16 +23,15 @@ from proxy.context.nonce import SECRET_NAME
 from proxy.context.pipeline import ContextPipeline, PipelineConfig
 from proxy.context.pressure import Level, PressureConfig, pressure_levels
 from proxy.context.registry import (
-    ContextContributorRegistry,
     FactorySource,
     OptionsInvalid,
+    RunRegistries,
     configure,
     discover_factories,
     proxy_tools,
     state_channels,
 )
 from proxy.context.state import StateConfig
-from proxy.context.types import SCOPES
 from proxy.ingress.tenants import Gateway, Tenants
 from proxy.kernel.config import ConfigError, ModelRoute, Settings
 from proxy.kernel.errors import ProxyError
@@ -161,10 +161,9 @@ def build_service(
         logger.warning(warning)
     factories = checked_factories(settings)
     state_config = StateConfig(state_channels(factories))
-    registries = {scope: ContextContributorRegistry(scope, factories) for scope in SCOPES}
     compactor = HistoryCompactor(compaction_config(settings))
     pipeline = ContextPipeline(
-        registries=lambda scope: registries[scope],
+        registries=RunRegistries(factories),  # each run's own contributors, composed once now to check them
         estimator=CachingEstimator(ConservativeTokenEstimator()),
         compactor=compactor,
         config=PipelineConfig(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +24,7 @@ from proxy.context.compactor import CompactionTrace, HistoryCompactor, Summarize
 from proxy.context.composer import DefaultContextMessageComposer
 from proxy.context.message_count import apply_message_count_cap
 from proxy.context.previews import READ_TOOL_OUTPUT
-from proxy.context.registry import ContextContributorRegistry
+from proxy.context.registry import ContextContributorRegistry, Registries, RunRegistries
 from proxy.context.renderer import DeterministicSystemPromptRenderer, RenderedPrompt
 from proxy.context.shortfall import ContextDoesNotFit, FixedParts, LimitBasis, Shortfall, explain
 from proxy.context.state import PLAN, StateConfig, with_visibility
@@ -212,11 +212,12 @@ class AssemblyOutput:
 
 
 class ContextPipeline:
-    """Runs the stages for one call. Holds no per-session state; the registry for a scope is frozen."""
+    """Runs the stages for one call. Holds no per-session state but each run's contributors (``registries``,
+    a ``RunRegistries``; or one frozen registry per scope, for every run)."""
 
     def __init__(
         self,
-        registries: Callable[[Scope], ContextContributorRegistry],
+        registries: Registries,
         estimator: TokenEstimator,
         compactor: HistoryCompactor | None = None,
         config: PipelineConfig | None = None,
@@ -258,7 +259,11 @@ class ContextPipeline:
         progress.estimator_factor = estimator.factor
         # The history is named by chain hashes: its unchanged prefix is counted by name, not hashed again.
         estimator.name_history(inp.history)
-        registry = self._registries(inp.scope)
+        registries = self._registries
+        if isinstance(registries, RunRegistries):  # the run's own contributors (proxy/context/registry.py)
+            registry = registries.for_run(inp.scope, inp.context_id, (e.chain_hash for e in reversed(inp.history)))
+        else:
+            registry = registries(inp.scope)
         # A protected contributor that declares it (identity) renders the client's system/developer messages
         # into the stable prompt, verbatim; without one they stay in the history rather than being lost.
         owned = registry.owns_client_instructions

@@ -7,6 +7,13 @@ adapted once, as it enters a :class:`FactorySource` (``proxy/context/adapter.py`
 the declared members of the bases only, and checks their values, since a package's annotations are
 promises. Once composed the registry cannot change, so a package cannot alter an active run.
 
+A registry is a run's own: :class:`RunRegistries` composes one per run (a session branch) and scope,
+lazily, on the run's first turn in this process, and keeps it while the run is active, for at most
+``MAX_RUNS`` runs (the least recently used goes first). A contributor's instance therefore never serves
+two runs; and since any replica may serve a run's next turn, and a restart or an eviction makes a new
+instance, a contributor keeps nothing in memory that it relies on across turns: what must last goes
+through the store and its channels.
+
 At start-up :func:`configure` validates each factory's part of the operator's ``contributors:`` config
 once (against its ``options_model``), and :func:`proxy_tools` / :func:`state_channels` collect the
 proxy-owned tools and run-state channels the loaded factories offer: what is not loaded (the
@@ -18,7 +25,8 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -293,6 +301,72 @@ class ContextContributorRegistry:
 
     def __delattr__(self, name: str) -> None:
         raise RegistryError(f"the contributor registry is frozen; cannot delete {name!r}")
+
+
+# Runs whose registries one process keeps; a run evicted (idle longest) gets a new one on its next turn.
+MAX_RUNS = 1024
+
+
+class RunRegistries:
+    """Each run's own registry of a scope, composed from the same factories (see the module docstring).
+
+    A run is a session branch: it is found by the chain hash of the request that last used it (its head
+    then), which the next request of that run contains. Each turn moves the run to its new head, so two
+    branches that grew apart from one head never share it: the first to come takes it, the other gets its
+    own. Called with a scope alone, it returns the registry composed at start-up (no run).
+    """
+
+    def __init__(self, factories: Iterable[FactorySource], max_runs: int = MAX_RUNS) -> None:
+        self._factories = tuple(factories)
+        # Composed now: a broken package (a duplicate ID, a bad priority) stops start-up, not a turn.
+        self._composed = {scope: ContextContributorRegistry(scope, self._factories) for scope in SCOPES}
+        self._runs: OrderedDict[tuple[str, Scope, str], ContextContributorRegistry] = OrderedDict()
+        self._heads: dict[str, int] = {}  # the heads runs are kept at, and how many runs each
+        self._max_runs = max_runs
+
+    def __call__(self, scope: Scope) -> ContextContributorRegistry:
+        """The registry of ``scope`` composed at start-up."""
+        return self._composed[scope]
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def for_run(self, scope: Scope, context_id: str, chain: Iterable[str]) -> ContextContributorRegistry:
+        """The registry of the run whose request has ``chain`` (chain hashes, newest first): the one kept at
+        the nearest of them, else a new one; kept at the request's head (the first) from now on."""
+        found: ContextContributorRegistry | None = None
+        head: str | None = None
+        for chain_hash in chain:
+            head = chain_hash if head is None else head
+            if chain_hash in self._heads:
+                found = self._runs.pop((context_id, scope, chain_hash), None)
+                if found is not None:
+                    self._forget(chain_hash)
+                    break
+        if found is None:
+            found = ContextContributorRegistry(scope, self._factories)
+        if head is not None:
+            self._keep((context_id, scope, head), found)
+        return found
+
+    def _keep(self, key: tuple[str, Scope, str], registry: ContextContributorRegistry) -> None:
+        if key in self._runs:  # an identical request: the same point of the same branch
+            self._forget(key[2])
+        self._runs[key] = registry
+        self._heads[key[2]] = self._heads.get(key[2], 0) + 1
+        while len(self._runs) > self._max_runs:
+            (_, _, evicted), _ = self._runs.popitem(last=False)
+            self._forget(evicted)
+
+    def _forget(self, head: str) -> None:
+        left = self._heads[head] - 1
+        if left:
+            self._heads[head] = left
+        else:
+            del self._heads[head]
+
+
+Registries = Callable[[Scope], ContextContributorRegistry] | RunRegistries
 
 
 def _create(entry: FactorySource, scope: Scope) -> Contributor | None:

@@ -197,7 +197,11 @@ class ContributorFactory(ABC):
 
     @abstractmethod
     def create(self, scope: Scope) -> Contributor | None:
-        """A new contributor for ``scope``, or ``None`` to stay out of that scope."""
+        """A new contributor for ``scope``, or ``None`` to stay out of that scope.
+
+        Called once per run (a session branch) and scope, on the run's first turn in a process; the
+        instance serves that run only, for as long as the process keeps it (``RunRegistries``). It must
+        not rely on memory across turns: what must last goes through the store and its channels."""
 
     @property
     def options_model(self) -> type[BaseModel] | None:

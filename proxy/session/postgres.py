@@ -221,13 +221,13 @@ class PostgresSessionStore:
         return await self._read(work)
 
     async def tool_output(self, context_id: str, ref: str) -> str | None:
-        """A stored tool body of this session, or ``None``."""
-        body = await self._read(
+        """A stored tool body of this session, or ``None``: read from its message, the one copy kept."""
+        message = await self._read(
             lambda conn: conn.fetchval(
-                "SELECT body FROM tool_outputs WHERE context_id = $1 AND ref = $2", context_id, ref
+                "SELECT message FROM messages WHERE context_id = $1 AND tool_output_ref = $2", context_id, ref
             )
         )
-        return None if body is None else str(body)
+        return None if message is None else rc.tool_body(rc.load_json(message))
 
     async def next_turn(self, context_id: str) -> int:
         """Increment and return the session's model-call counter."""
@@ -483,17 +483,6 @@ async def _reconcile(
             [row.position for row in rows],
             [row.message_json for row in rows],
             [row.tool_ref for row in rows],
-        )
-    tools = [row for row in rows if row.tool_ref is not None]
-    if tools:
-        await conn.execute(
-            "INSERT INTO tool_outputs (context_id, ref, chain_hash, body)"
-            " SELECT $1, r, h, b FROM unnest($2::text[], $3::text[], $4::text[]) AS t(r, h, b)"
-            " ON CONFLICT DO NOTHING",
-            context_id,
-            [row.tool_ref for row in tools],
-            [row.chain_hash for row in tools],
-            [row.tool_body for row in tools],
         )
     await conn.execute(
         "UPDATE sessions SET head_hash = $2, updated_at = now() WHERE context_id = $1", context_id, hashes[-1]

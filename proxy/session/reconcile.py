@@ -49,10 +49,10 @@ def load_json(text: str) -> Any:
 
 
 def tool_body(message: Mapping[str, Any]) -> str:
-    """The text body a tool message contributes, made storable as database text.
+    """The text body a tool message contributes (``read_tool_output``), read from its stored message.
 
-    NUL and lone surrogates cannot be stored in a PostgreSQL text column; both backends replace them
-    so that the same body comes back from either. The message JSON itself keeps them (escaped).
+    NUL and lone surrogates are replaced, as when bodies had a PostgreSQL text column of their own, so
+    the same body comes back from either backend. The message JSON itself keeps them (escaped).
     """
     body = content_text(message.get("content")).replace("\x00", "\ufffd")
     return body.encode("utf-8", "replace").decode("utf-8") if _has_surrogate(body) else body
@@ -282,14 +282,14 @@ def known_count(hashes: Sequence[str], stored: Collection[str]) -> int:
 
 @dataclass(frozen=True)
 class MessageRow:
-    """One message to insert: its place in the chain, its JSON and, for tool messages, its body."""
+    """One message to insert: its place in the chain, its JSON and, for tool messages, the reference its
+    body is read back by (from the message itself: the body is stored once, in the message's JSON)."""
 
     position: int
     chain_hash: str
     parent_hash: str
     message_json: str
     tool_ref: str | None
-    tool_body: str | None
 
     def stored(self) -> HistoryEntry:
         """The row as the protocol returns it."""
@@ -312,7 +312,6 @@ def message_rows(messages: Sequence[Mapping[str, Any]], hashes: Sequence[str], s
             parent_hash=hashes[position - 1] if position else GENESIS,
             message_json=text,
             tool_ref=tool_output_ref(chain_hash) if is_tool else None,
-            tool_body=tool_body(message) if is_tool else None,
         )
 
 

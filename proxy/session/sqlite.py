@@ -259,13 +259,13 @@ class SqliteSessionStore:
         return await self._r().run(work)
 
     async def tool_output(self, context_id: str, ref: str) -> str | None:
-        """A stored tool body of this session, or ``None``."""
+        """A stored tool body of this session, or ``None``: read from its message, the one copy kept."""
         row = await self._r().run(
             lambda conn: conn.execute(
-                "SELECT body FROM tool_outputs WHERE context_id = ? AND ref = ?", (context_id, ref)
+                "SELECT message FROM messages WHERE context_id = ? AND tool_output_ref = ?", (context_id, ref)
             ).fetchone()
         )
-        return None if row is None else str(row[0])
+        return None if row is None else rc.tool_body(rc.load_json(row[0]))
 
     async def next_turn(self, context_id: str) -> int:
         """Increment and return the session's model-call counter."""
@@ -491,12 +491,6 @@ def _reconcile(
             " VALUES (?, ?, ?, ?, ?, ?)",
             (context_id, row.chain_hash, row.parent_hash, row.position, row.message_json, row.tool_ref),
         )
-        if row.tool_ref is not None:
-            conn.execute(
-                "INSERT INTO tool_outputs (context_id, ref, chain_hash, body) VALUES (?, ?, ?, ?)"
-                " ON CONFLICT DO NOTHING",
-                (context_id, row.tool_ref, row.chain_hash, row.tool_body),
-            )
         new.append(row.stored())
     conn.execute(
         "UPDATE sessions SET head_hash = ?, updated_at = ? WHERE context_id = ?", (hashes[-1], now, context_id)

@@ -103,6 +103,16 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         );
         """,
     ),
+    (
+        5,
+        # A tool body was stored twice, in its message's JSON and in tool_outputs (584 MB and 570 MB after
+        # 3,000 requests of 200 KB): it is now read from the message, found by its reference.
+        """
+        CREATE INDEX messages_tool_output_ref ON messages (context_id, tool_output_ref)
+            WHERE tool_output_ref IS NOT NULL;
+        DROP TABLE tool_outputs;
+        """,
+    ),
 )
 
 
@@ -112,7 +122,6 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
 # against this list.
 SESSION_TABLES = (
     "messages",
-    "tool_outputs",
     "internal_steps",
     "checkpoints",
     "state_channels",

@@ -11,6 +11,7 @@ from proxy.context.registry import (
     ContextContributorRegistry,
     FactorySource,
     RegistryError,
+    RunRegistries,
     discover_factories,
 )
 from proxy.context.types import ContributionRequest, ContributorOutput, Scope
@@ -242,3 +243,50 @@ def test_options_are_validated_once_and_each_factory_gets_its_own() -> None:
         configure([FactorySource(Typed("a"), "a")], {"a": {"lmit": 1}})
     with pytest.raises(OptionsInvalid, match=r"contributors\.c names no installed contributor"):
         configure([FactorySource(Typed("a"), "a")], {"c": {}})
+
+
+def _run_registries(max_runs: int = 1024) -> tuple[RunRegistries, Factory]:
+    factory = Factory("notes")
+    return RunRegistries([FactorySource(factory, "test")], max_runs=max_runs), factory
+
+
+def _instance(runs: RunRegistries, context_id: str, chain: list[str], scope: Scope = "main") -> object:
+    return runs.for_run(scope, context_id, reversed(chain)).contributors[0]
+
+
+def test_each_run_gets_its_own_instances_and_keeps_them_while_it_goes_on() -> None:
+    runs, factory = _run_registries()
+    assert len(factory.created) == 3  # composed once per scope at start-up, to check the packages
+    a1 = _instance(runs, "session-a", ["a1"])
+    b1 = _instance(runs, "session-b", ["b1"])
+    assert a1 is not b1  # two sessions
+    assert _instance(runs, "session-a", ["a1", "a2", "a3"]) is a1  # the run went on: its own instance
+    assert _instance(runs, "session-b", ["b1", "b2", "b3"]) is b1
+    assert _instance(runs, "session-a", ["a1", "a2", "a3", "a4", "a5"]) is a1
+    assert _instance(runs, "session-a", ["a1", "a2", "a3"], scope="subagent") is not a1  # another scope
+    assert all(runs("main").contributors[0] is not run for run in (a1, b1))  # the start-up one serves no run
+    assert len(factory.created) == 3 + 3  # one per run and scope, created on its first turn
+
+
+def test_two_branches_grown_from_one_head_never_share_an_instance() -> None:
+    runs, _ = _run_registries()
+    opening = _instance(runs, "s", ["h1"])
+    left = _instance(runs, "s", ["h1", "left2", "left3"])
+    right = _instance(runs, "s", ["h1", "right2", "right3"])
+    assert left is opening and right is not left  # the first to go on takes it; the other gets its own
+    assert _instance(runs, "s", ["h1", "left2", "left3", "left4", "left5"]) is left
+    assert _instance(runs, "s", ["h1", "right2", "right3", "right4", "right5"]) is right
+    other = _instance(runs, "other-session", ["h1", "left2", "left3", "left4", "left5"])
+    assert other is not left and other is not right
+
+
+def test_runs_are_bounded_the_least_recently_used_going_first() -> None:
+    runs, _ = _run_registries(max_runs=2)
+    a = _instance(runs, "a", ["a1"])
+    b = _instance(runs, "b", ["b1"])
+    assert _instance(runs, "a", ["a1", "a2", "a3"]) is a  # a used last: b is the idlest
+    c = _instance(runs, "c", ["c1"])
+    assert len(runs) == 2
+    assert _instance(runs, "a", ["a1", "a2", "a3", "a4", "a5"]) is a
+    assert _instance(runs, "b", ["b1", "b2", "b3"]) is not b  # evicted: a new instance, nothing else lost
+    assert c is not a

@@ -85,3 +85,28 @@ async def rows_of(store: SessionStore, context_id: str) -> dict[str, int]:
             assert isinstance(store, PostgresSessionStore), type(store)
             counts[table] = int(await store._read(lambda conn, q=query: conn.fetchval(q + "$1", context_id)))
     return counts
+
+
+async def copies_of(store: SessionStore, text: str) -> dict[str, int]:
+    """How many rows of each table of the store's schema hold ``text`` (anywhere in the row)."""
+    if isinstance(store, SqliteSessionStore):
+
+        def scan(conn: Any) -> dict[str, int]:
+            tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+            rows = {t: conn.execute(f"SELECT * FROM {t}").fetchall() for t in tables}
+            return {t: sum(any(text in str(v) for v in row) for row in found) for t, found in rows.items()}
+
+        return {t: n for t, n in (await store._r().run(scan)).items() if n}
+    assert isinstance(store, PostgresSessionStore), type(store)
+    tables = await store._read(
+        lambda conn: conn.fetch(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = $1", store.schema
+        )
+    )
+    found: dict[str, int] = {}
+    for name in (row["table_name"] for row in tables):
+        query = f"SELECT count(*) FROM {name} AS t WHERE strpos(t::text, $1) > 0"
+        count = int(await store._read(lambda conn, q=query: conn.fetchval(q, text)))
+        if count:
+            found[name] = count
+    return found

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from proxy.kernel.canonical import chain_hashes
+from proxy.session import postgres_schema, sqlite_schema
 from proxy.session.postgres import PostgresSessionStore
 from proxy.session.sqlite import SqliteSessionStore
 from proxy.session.store import (
@@ -22,7 +23,7 @@ from proxy.session.store import (
     UnknownSession,
     tool_output_ref,
 )
-from tests.session.store_rows import session_info, stored_checkpoint
+from tests.session.store_rows import copies_of, session_info, stored_checkpoint
 
 Message = dict[str, Any]
 
@@ -647,7 +648,7 @@ async def test_migrations_are_idempotent_and_safe_to_run_at_once(backend: Any) -
     backend.opened += [a, b]
     await asyncio.gather(a.open(), b.open())
     versions = await backend.versions()
-    assert versions == [1, 2, 3, 4]
+    assert versions == [1, 2, 3, 4, 5]
 
     await a.reconcile("s", "main", conversation(1))
     await a.open()  # opening an open store is a no-op
@@ -798,3 +799,48 @@ async def test_begin_turn_writes_the_samples_earlier_answers_taught_and_reads_th
     )
     assert (await a.calibration("route:m"))["samples"] == [0, 1, 2, 3, 3]
     assert (await a.calibration("model:x"))["samples"] == [9, 8, 8]
+
+
+async def test_a_tool_body_is_stored_once(backend: Any) -> None:
+    store = await backend.open()
+    body = "diffraction frame 7: " + "0.125 " * 2_000
+    r = await store.reconcile("s", "main", [system(), user("go"), call("c1"), result("c1", body)])
+    assert await store.tool_output("s", tool_output_ref(r.head_hash)) == body
+    assert await copies_of(store, body) == {"messages": 1}  # it was in tool_outputs too
+
+
+async def test_migration_5_drops_the_second_copy_and_bodies_still_read_back(backend: Any, monkeypatch) -> None:
+    # A store as the previous release left it: schema version 4, each tool body in its message and in
+    # tool_outputs.
+    for module in (sqlite_schema, postgres_schema):
+        monkeypatch.setattr(module, "MIGRATIONS", module.MIGRATIONS[:4])
+    old = await backend.open()
+    body = "the old release's tool body " * 50
+    r = await old.reconcile("s", "main", [system(), user("go"), call("c1"), result("c1", body)])
+    ref = tool_output_ref(r.head_hash)
+    if isinstance(old, SqliteSessionStore):
+        await old._w().write(
+            lambda conn: conn.execute(
+                "INSERT INTO tool_outputs (context_id, ref, chain_hash, body) VALUES (?, ?, ?, ?)",
+                ("s", ref, r.head_hash, body),
+            )
+        )
+    else:
+        assert isinstance(old, PostgresSessionStore)
+        await old._write(
+            lambda conn: conn.execute(
+                "INSERT INTO tool_outputs (context_id, ref, chain_hash, body) VALUES ($1, $2, $3, $4)",
+                "s",
+                ref,
+                r.head_hash,
+                body,
+            )
+        )
+    assert await copies_of(old, body) == {"messages": 1, "tool_outputs": 1}
+    await old.close()
+    monkeypatch.undo()
+
+    upgraded = await backend.open()
+    assert await backend.versions() == [1, 2, 3, 4, 5]
+    assert await copies_of(upgraded, body) == {"messages": 1}
+    assert await upgraded.tool_output("s", ref) == body

@@ -166,3 +166,36 @@ class _PushyFactory:
 
 
 pushy_factory = _PushyFactory()
+
+
+class _Counting:
+    """Keeps a count in memory, as a careless package would: which instance serves a call, and its how-many-th."""
+
+    def __init__(self, instance: int) -> None:
+        self.id = "sample_counter"
+        self.scopes = ("main",)
+        self.protected = False
+        self.instance = instance
+        self.calls = 0
+
+    async def contribute(self, request: Any) -> dict[str, Any]:
+        self.calls += 1
+        note = f"instance {self.instance} call {self.calls}"
+        return {"attachments": [{"id": "sample.counter", "source": "sample_counter", "content": note}]}
+
+
+class _CountingFactory:
+    id = "sample_counter"
+    scopes = ("main",)
+
+    def __init__(self) -> None:
+        self.created = 0
+
+    def create(self, scope: str) -> _Counting | None:
+        if scope not in self.scopes:
+            return None
+        self.created += 1
+        return _Counting(self.created)
+
+
+counter_factory = _CountingFactory()
