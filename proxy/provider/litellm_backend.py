@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from proxy.kernel.errors import ProviderError, ProxyError
+from proxy.kernel.errors import EmptyStream, ProviderError, ProxyError
 from proxy.kernel.route_api import Api
 from proxy.kernel.usage import ModelPrices
 from proxy.process.offline import prepare_offline_environment
@@ -135,9 +135,7 @@ class LiteLLMBackend:
                 except StopAsyncIteration:
                     # litellm turns a stream of nothing into one empty "stop" chunk; neither is an answer.
                     # A stream that only carries usage (include_usage) has substance and passes.
-                    raise ProviderError(
-                        "The provider's stream ended without any choice content or usage.", status=502
-                    ) from None
+                    raise EmptyStream("The provider's stream ended without any choice content or usage.") from None
                 ahead += serializer.feed(chunk)
         except ProxyError:
             await _close(upstream)

@@ -19,7 +19,7 @@ from proxy.context.turn_estimator import TurnEstimator, counts_of
 from proxy.context.types import TokenEstimator
 from proxy.kernel.client_params import client_arguments, with_route
 from proxy.kernel.config import ModelRoute, Settings
-from proxy.kernel.errors import ContextOverflow, ProxyError
+from proxy.kernel.errors import ContextOverflow, EmptyStream, ProxyError
 from proxy.kernel.native import NATIVE, without_native
 from proxy.kernel.route_api import provider_of
 from proxy.kernel.usage import PriceLookup, ProviderUsage, no_prices
@@ -30,6 +30,7 @@ from proxy.runtime.answers import Answer, BufferedStream, Completion, LiveStream
 from proxy.runtime.anthropic_marks import marked_for_anthropic
 from proxy.runtime.assembly import Assembler, Candidate, TurnRequest
 from proxy.runtime.calibration import TokenCalibrator, usage_of
+from proxy.runtime.empty_stream import judge_empty_stream, requested_output
 from proxy.runtime.native import NativeCodec, NativeRequest
 from proxy.runtime.observers import CallObserver
 from proxy.runtime.trace import TraceWriter
@@ -134,17 +135,28 @@ class ModelCalls:
             if not request.body.get("stream"):
                 response = await self.backend.complete(llm_input)
                 record.usage = response.get("usage")
-                await self.calibrator.observe(request.route, llm_input, record.usage, _counter(request))
+                record.calibration = await self.calibrator.observe(
+                    request.route, llm_input, record.usage, _counter(request)
+                )
                 answer = Completion(response)
             elif proxy_tools:
                 buffered = [chunk async for chunk in await self.backend.stream(llm_input)]
                 record.usage = usage_of(buffered)
-                await self.calibrator.observe(request.route, llm_input, record.usage, _counter(request))
+                record.calibration = await self.calibrator.observe(
+                    request.route, llm_input, record.usage, _counter(request)
+                )
                 answer = BufferedStream([kept for c in buffered if (kept := _client_chunk(c, strip_usage)) is not None])
             else:
                 chunks = await self.backend.stream(llm_input)
                 answer, live = LiveStream(self._finish_stream(chunks, record, strip_usage)), True
             return Reply(answer, proxy_tools, visible)
+        except EmptyStream as empty:
+            # A 200 with nothing in it: an overflow the server did not name, or a failure to explain.
+            sent_tokens = _estimated_size(llm_input, False, self.sizes(request))
+            judged = judge_empty_stream(empty, sent_tokens, requested_output(llm_input), request.limits)
+            record.provider_error = judged.body()["error"]
+            record.provider_status = judged.status
+            raise judged from empty
         except ProxyError as exc:
             record.provider_error = exc.body()["error"]
             record.provider_status = exc.status
@@ -200,7 +212,9 @@ class ModelCalls:
                 response = await self.backend.complete_native(native.api, body, native.headers, route)
                 chat = codec.chat_view(response)
                 record.usage = chat.get("usage")
-                await self.calibrator.observe(request.route, counted, record.usage, _counter(request))
+                record.calibration = await self.calibrator.observe(
+                    request.route, counted, record.usage, _counter(request)
+                )
                 answer = Completion(chat, native=response)
             elif proxy_tools:
                 events = [
@@ -208,7 +222,9 @@ class ModelCalls:
                 ]
                 chat = codec.chat_view(codec.response_of(events))
                 record.usage = chat.get("usage")
-                await self.calibrator.observe(request.route, counted, record.usage, _counter(request))
+                record.calibration = await self.calibrator.observe(
+                    request.route, counted, record.usage, _counter(request)
+                )
                 answer = BufferedStream(events, message=chat["choices"][0]["message"])
             else:
                 events_in = await self.backend.stream_native(native.api, body, native.headers, route)
@@ -241,7 +257,9 @@ class ModelCalls:
                 seen.append(event)
                 yield event
             record.usage = codec.chat_view(codec.response_of(seen)).get("usage")
-            await self.calibrator.observe(record.request.route, counted, record.usage, _counter(record.request))
+            record.calibration = await self.calibrator.observe(
+                record.request.route, counted, record.usage, _counter(record.request)
+            )
         except ProxyError as exc:
             record.provider_error = exc.body()["error"]
             record.provider_status = exc.status
@@ -286,7 +304,9 @@ class ModelCalls:
                 if kept is not None:
                     yield kept
             record.usage = usage
-            await self.calibrator.observe(record.request.route, record.llm_input, usage, _counter(record.request))
+            record.calibration = await self.calibrator.observe(
+                record.request.route, record.llm_input, usage, _counter(record.request)
+            )
         except ProxyError as exc:
             record.provider_error = exc.body()["error"]
             record.provider_status = exc.status
@@ -435,7 +455,20 @@ def build_llm_input(
     if isinstance(messages, list) and any(isinstance(m, dict) and NATIVE in m for m in messages):
         # A step a native call left (its provider-native parts) goes to a chat provider in its chat form only.
         llm_input["messages"] = [without_native(m) if isinstance(m, dict) else m for m in messages]
+    if route.null_content_as_empty:
+        llm_input["messages"] = _null_content_as_empty(llm_input.get("messages"))
     return with_route(llm_input, route.litellm_params)
+
+
+def _null_content_as_empty(messages: Any) -> Any:
+    """``messages`` with every assistant message's missing or null content sent as ``""`` (a route's
+    ``null_content_as_empty``: chat templates that concatenate the content fail on null)."""
+    if not isinstance(messages, list):
+        return messages
+    return [
+        {**m, "content": ""} if isinstance(m, dict) and m.get("role") == "assistant" and m.get("content") is None else m
+        for m in messages
+    ]
 
 
 def _estimated_size(llm_input: dict[str, Any], counts_output: bool, estimator: TokenEstimator) -> int:
