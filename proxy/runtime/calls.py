@@ -140,8 +140,9 @@ class ModelCalls:
                 )
                 answer = Completion(response)
             elif proxy_tools:
-                buffered = [chunk async for chunk in await self.backend.stream(llm_input)]
-                record.usage = usage_of(buffered)
+                provider_stream = await self.backend.stream(llm_input)
+                buffered = [chunk async for chunk in provider_stream]
+                record.usage = None if _usage_estimated(provider_stream) else usage_of(buffered)
                 record.calibration = await self.calibrator.observe(
                     request.route, llm_input, record.usage, _counter(request)
                 )
@@ -303,9 +304,9 @@ class ModelCalls:
                 kept = _client_chunk(chunk, strip_usage)
                 if kept is not None:
                     yield kept
-            record.usage = usage
+            record.usage = None if _usage_estimated(chunks) else usage
             record.calibration = await self.calibrator.observe(
-                record.request.route, record.llm_input, usage, _counter(record.request)
+                record.request.route, record.llm_input, record.usage, _counter(record.request)
             )
         except ProxyError as exc:
             record.provider_error = exc.body()["error"]
@@ -369,6 +370,12 @@ def _named(request: TurnRequest) -> tuple[list[dict[str, Any]], tuple[str, ...]]
 def _counter(request: TurnRequest) -> TurnEstimator | None:
     """The turn's own counter (``TokenAccounting.estimator``), when the request has its accounting."""
     return request.tokens.estimator if request.tokens is not None else None
+
+
+def _usage_estimated(chunks: object) -> bool:
+    """Whether a stream's usage was made up by litellm, not sent by the provider (``ProviderStream``): the
+    provider's usage is calibration's source, never a count of our own side."""
+    return getattr(chunks, "usage_estimated", False) is True
 
 
 def _asks_usage(llm_input: Mapping[str, Any]) -> bool:
