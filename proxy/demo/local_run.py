@@ -166,13 +166,13 @@ def _turn_line(page: int, messages: list[dict[str, Any]], trace: dict[str, Any],
     calibration = trace.get("calibration") or {}
     usage = (trace.get("usage") or {}).get("promptTokens")
     compaction = trace.get("compaction") or {}
-    summaries = trace.get("summarizerCalls") or []
-    rejected = sum(1 for call in summaries if call.get("rejected") or call.get("error"))
+    summaries = len(trace.get("summarizerCalls") or [])
+    rejected = len(compaction.get("rejections") or [])
     return (
         f"turn {page}{' (streamed)' if streamed else ''}: client sent {len(messages)} messages; the server got "
         f"{len(sent)}, {usage if usage is not None else 'no usage'} prompt tokens; "
-        f"{text.count('ref=')} previews, checkpoint={'<checkpoint' in text}, "
-        f"{len(summaries)} summary call(s){f' ({rejected} failed)' if rejected else ''}"
-        f"{', compacted' if compaction else ''}; calibration {calibration.get('source', '-')} "
+        f"compaction {compaction.get('reason') or '-'}, {text.count('ref=')} previews, "
+        f"checkpoint={'<checkpoint' in text}, {summaries} summary call(s)"
+        f"{f' ({rejected} rejected)' if rejected else ''}; calibration from {calibration.get('source', '-')} "
         f"(ratio {estimator.get('ratio')}, {estimator.get('samples')} samples); {seconds:.1f} s"
     )
