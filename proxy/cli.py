@@ -11,6 +11,7 @@ from pathlib import Path
 from proxy.kernel.config import LOG_LEVELS, ConfigError, Settings
 from proxy.process.exposure import check_exposure
 from proxy.process.offline import prepare_offline_environment
+from proxy.provider.local_model import LocalModelUnavailable
 from proxy.session.store import StoreError
 
 
@@ -68,6 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     replay.add_argument("--max-changed", type=int, help="exit non-zero when more than this many turns changed")
     demo = commands.add_parser("demo", help="run a scripted agent session through the real proxy, offline")
     demo.add_argument("--data-dir", type=Path, help="keep the store and traces here (default: a temporary folder)")
+    demo.add_argument(
+        "--local-model",
+        action="store_true",
+        help="against a real model: SmolLM2-135M on llama-cpp-python's server, started here (the dev extra)",
+    )
     examples = commands.add_parser("examples", help="write three reproducible context examples, offline")
     examples.add_argument(
         "--out", type=Path, help="default: SCIENCE_AGENT_CONTEXT_EXAMPLE_DIR, else .tmp/context-examples"
@@ -108,10 +114,14 @@ def main(argv: list[str] | None = None) -> int:
             from proxy.demo.examples import DEFAULT_DIR, run_examples
 
             return run_examples(args.out or Settings.from_env().example_dir or DEFAULT_DIR)
+        if args.local_model:
+            from proxy.demo.local_run import run_local_demo
+
+            return run_local_demo(args.data_dir)
         from proxy.demo.run import run_demo
 
         return run_demo(args.data_dir)
-    except (ConfigError, StoreError) as exc:
+    except (ConfigError, StoreError, LocalModelUnavailable) as exc:
         print(f"context-proxy: {exc}", file=sys.stderr)
         return 2
 

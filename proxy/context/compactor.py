@@ -36,6 +36,7 @@ from proxy.context.types import TokenEstimator
 from proxy.context.units import RESULT_ROLES, SplitMemo, Unit
 from proxy.context.working_history import WorkingHistory, split_tail
 from proxy.kernel.canonical import HistoryEntry, chain_hashes, content_text
+from proxy.kernel.errors import ContextOverflow
 
 # Counting a history is pure CPU: seconds for 20,000 messages seen for the first time. On the event loop
 # that would stall every other session's request for as long, so a large history is counted (and its
@@ -299,17 +300,35 @@ class HistoryCompactor:
         config = self.config
         target = pressure.history_target
         reserve = pressure.limit * config.checkpoint_percent // 100
-        source_cap = max(1, pressure.limit * config.source_percent // 100)
-        succeeded = False
-        for _ in range(config.max_summary_rounds):
+        # The summarizer's request must fit the window too: its instructions and the checkpoint it writes
+        # (``reserve``) come on top of the source, and a quarter is kept spare, since the calibration learned
+        # on the session's calls (tools, JSON) may not hold for a transcript's prose (a local server's
+        # tokenizer counted such a request 1.28x ours). Only a small window feels this: at 128k the source
+        # cap is the smaller bound.
+        instructions = sum(work.estimator.count_message(m) for m in build_summary_request([], reader=work.reader))
+        room = (pressure.limit - instructions - reserve) * 3 // 4
+        source_cap = max(1, min(pressure.limit * config.source_percent // 100, room))
+        succeeded, halved = False, False
+        rounds = 0
+        while rounds < config.max_summary_rounds:
             if work.total() <= target:
                 break
             plan = _plan_round(work, target - reserve, source_cap, config.min_split_tokens)
             if plan is None:
                 break
-            if not await self._summarize_round(work, plan, summarizer, known, reserve, trace):
+            try:
+                done = await self._summarize_round(work, plan, summarizer, known, reserve, trace)
+            except _SummaryOverflow as overflow:
+                # The summarizer's provider counted the request over its window where ours did not: once,
+                # plan again with half the source (the next round's cap), as a turn's overflow is retried once.
+                if halved or overflow.source_tokens <= 1:
+                    break
+                halved, source_cap = True, max(1, overflow.source_tokens // 2)
+                continue
+            if not done:
                 break
             succeeded = True
+            rounds += 1
             if not plan.capped:
                 break
         return succeeded
@@ -349,6 +368,9 @@ class HistoryCompactor:
             # The summarizer is a model call behind a port: it may fail in any way, and a failed
             # summary must leave the deterministic trimming in place, not fail the turn. The error is
             # recorded in the trace, never swallowed silently.
+            except ContextOverflow as exc:
+                trace.errors.append(f"summarizer failed: {type(exc).__name__}: {exc}")
+                raise _SummaryOverflow(source_tokens) from exc
             except Exception as exc:
                 trace.errors.append(f"summarizer failed: {type(exc).__name__}: {exc}")
                 continue
@@ -386,6 +408,14 @@ def _reusable(work: WorkingHistory, checkpoint: Checkpoint, i: int) -> bool:
         text = message.get("content")
         return message.get("role") == "user" and isinstance(text, str) and 0 < checkpoint.split_chars < len(text)
     return any(u.start == i + 1 for u in work.units) or i + 1 == len(work.messages)
+
+
+class _SummaryOverflow(Exception):
+    """The summarizer's provider refused its request as over its window."""
+
+    def __init__(self, source_tokens: int) -> None:
+        super().__init__(source_tokens)
+        self.source_tokens = source_tokens
 
 
 @dataclass(frozen=True)

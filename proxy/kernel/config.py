@@ -71,6 +71,12 @@ class ModelEntry(BaseModel):
     # Anthropic betas a client may use: they run on the operator's key. Unset: all of them.
     allowed_server_tools: list[str] | None = None
     allowed_betas: list[str] | None = None
+    # Send an assistant message without content (a tool call) with ``content: ""`` instead of null: for
+    # servers whose chat template concatenates the content (llama.cpp serving SmolLM2 fails on null).
+    null_content_as_empty: bool = False
+    # The server's tokenizer endpoint (llama-cpp-python: <root>/extras/tokenize, llama.cpp: <root>/tokenize):
+    # calibration counts with it when an answer carries no usage (a llama-cpp-python stream).
+    tokenizer_url: str | None = Field(default=None, pattern=r"^https?://\S+$")
 
     @field_validator("allowed_client_params")
     @classmethod
@@ -105,6 +111,8 @@ class ModelRoute:
     configured_api: Api | None = None  # the operator's ``api:``; None: the provider's default (``api``)
     allowed_server_tools: frozenset[str] | None = None  # None: every server-side tool may be used
     allowed_betas: frozenset[str] | None = None  # None: every Anthropic beta may be sent
+    null_content_as_empty: bool = False  # assistant content null sent as "" (chat templates that need a string)
+    tokenizer_url: str | None = None  # the server's tokenizer endpoint: calibration when an answer has no usage
 
     @property
     def litellm_model(self) -> str:
@@ -401,6 +409,8 @@ def _routes(config: ConfigFile, path: Path, env: Mapping[str, str]) -> tuple[Mod
                 configured_api=entry.api,
                 allowed_server_tools=_names(entry.allowed_server_tools),
                 allowed_betas=_names(entry.allowed_betas),
+                null_content_as_empty=entry.null_content_as_empty,
+                tokenizer_url=entry.tokenizer_url,
             )
         )
     return tuple(routes)

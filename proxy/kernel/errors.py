@@ -121,6 +121,14 @@ class ProviderError(ProxyError):
     type = "api_error"
 
 
+class EmptyStream(ProviderError):
+    """The provider accepted a streamed request (HTTP 200) and ended the stream without any content, usage
+    or error. Some local servers (llama-cpp-python) answer a streamed prompt over their window this way;
+    the runtime judges whether this request could have been one (``proxy/runtime/empty_stream.py``)."""
+
+    code = "empty_stream"
+
+
 class AssemblyFailed(ProxyError):
     """The context could not be assembled within the limits (the provider was not called)."""
 

@@ -11,11 +11,11 @@ import functools
 import inspect
 import ipaddress
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from proxy.kernel.errors import ProviderError, ProxyError
+from proxy.kernel.errors import EmptyStream, ProviderError, ProxyError
 from proxy.kernel.route_api import Api
 from proxy.kernel.usage import ModelPrices
 from proxy.process.offline import prepare_offline_environment
@@ -139,9 +139,7 @@ class LiteLLMBackend:
                 except StopAsyncIteration:
                     # litellm turns a stream of nothing into one empty "stop" chunk; neither is an answer.
                     # A stream that only carries usage (include_usage) has substance and passes.
-                    raise ProviderError(
-                        "The provider's stream ended without any choice content or usage.", status=502
-                    ) from None
+                    raise EmptyStream("The provider's stream ended without any choice content or usage.") from None
                 ahead += serializer.feed(chunk)
         except ProxyError:
             await _close(upstream)
@@ -149,7 +147,9 @@ class LiteLLMBackend:
         except Exception as exc:  # the boundary: every provider failure is translated here
             await _close(upstream)
             raise translate_provider_error(exc, secrets=secrets, hints=hints) from exc
-        return _relay(upstream, iterator, serializer, ahead, secrets, hints)
+        relayed = ProviderStream()
+        relayed.chunks = _relay(upstream, iterator, serializer, ahead, secrets, hints, relayed)
+        return relayed
 
     async def complete_native(
         self, api: Api, body: dict[str, Any], headers: Mapping[str, str], route: Mapping[str, Any]
@@ -250,6 +250,34 @@ def _secrets(llm_input: dict[str, Any]) -> list[str]:
     return [str(llm_input[key]) for key in ("api_key",) if llm_input.get(key)]
 
 
+class ProviderStream(AsyncIterator[dict[str, Any]]):
+    """A provider's stream as this backend relays it, with what the runtime must know of its usage.
+
+    litellm makes a usage up when the caller asked for one (``stream_options.include_usage``) and the
+    provider sent none (llama-cpp-python ignores the option): its own count of the prompt. The client may
+    have it as litellm gives it, but it is not the provider's: ``usage_estimated`` says so, and
+    calibration does not learn from it (``proxy/runtime/calls.py``)."""
+
+    def __init__(self) -> None:
+        self.chunks: AsyncGenerator[dict[str, Any], None] | None = None
+        self.usage_estimated = False
+
+    async def __anext__(self) -> dict[str, Any]:
+        assert self.chunks is not None  # set by ``LiteLLMBackend.stream`` before it hands the stream out
+        return await self.chunks.__anext__()
+
+    async def aclose(self) -> None:
+        """Close the relay, and with it the upstream call."""
+        if self.chunks is not None:
+            await self.chunks.aclose()
+
+
+def _usage_reported(upstream: Any) -> bool:
+    """Whether the provider itself sent a usage: litellm keeps the provider's chunks (``chunks``), its own
+    made-up usage is only in the chunk it synthesizes at the end."""
+    return any(getattr(chunk, "usage", None) is not None for chunk in getattr(upstream, "chunks", None) or ())
+
+
 async def _relay(
     upstream: Any,
     iterator: Any,
@@ -257,16 +285,23 @@ async def _relay(
     ahead: list[dict[str, Any]],
     secrets: list[str],
     hints: OverflowHints,
-) -> AsyncIterator[dict[str, Any]]:
+    relayed: ProviderStream,
+) -> AsyncGenerator[dict[str, Any], None]:
     """Yield the chunks read ahead, then the rest; closing this generator (client gone) closes the
     upstream call too.
 
     ``StreamSerializer`` holds a tool call back until its name is whole, so every ``function.name``
     goes out in exactly one delta (agent SDKs keep only one fragment of it).
     """
+
+    def judged(out: dict[str, Any]) -> dict[str, Any]:
+        if out.get("usage") is not None and not _usage_reported(upstream):
+            relayed.usage_estimated = True
+        return out
+
     try:
         for out in ahead:
-            yield out
+            yield judged(out)
         while True:
             try:
                 chunk = await iterator.__anext__()
@@ -275,8 +310,8 @@ async def _relay(
             except Exception as exc:  # the boundary, mid-stream
                 raise translate_provider_error(exc, secrets=secrets, hints=hints) from exc
             for out in serializer.feed(chunk):
-                yield out
+                yield judged(out)
         for out in serializer.finish():
-            yield out
+            yield judged(out)
     finally:
         await _close(upstream)

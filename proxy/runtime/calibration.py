@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from proxy.context.calibration import Calibration, Correction
 from proxy.context.estimators import (
@@ -30,13 +30,27 @@ from proxy.context.estimators import (
 from proxy.context.turn_estimator import TurnEstimator, counts_of
 from proxy.context.types import TokenEstimator
 from proxy.kernel.config import ModelRoute, Settings
+from proxy.kernel.jsonio import dumps
 from proxy.process.offline import prepare_offline_environment
+from proxy.provider.tokenizer_endpoint import server_token_count
 from proxy.session.store import CalibrationUpdate, SessionStore, StoreError
 
 logger = logging.getLogger(__name__)
 
 # Model strings clients choose (no model_list): any string, so only this many keep a calibration.
 UNROUTED_CALIBRATIONS = 32
+
+
+@dataclass(frozen=True)
+class CalibrationSample:
+    """What one answer taught a calibrated route, and from what (the trace's ``calibration``): the provider's
+    ``usage`` against the local count of the request, the server's tokenizer against tiktoken's count of the
+    same text, or nothing (``note`` says why)."""
+
+    source: Literal["usage", "tokenizer", "none"]
+    provider_tokens: int | None = None
+    local_tokens: int | None = None
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -128,22 +142,43 @@ class TokenCalibrator:
         llm_input: Mapping[str, Any],
         usage: Any,
         counter: TurnEstimator | None = None,
-    ) -> None:
-        """Learn from one answer's ``usage`` for the request ``llm_input`` that was sent (calibrated only).
+    ) -> CalibrationSample | None:
+        """Learn from one answer's ``usage`` for the request ``llm_input`` that was sent (calibrated only);
+        returns what was learnt and from what, for the trace (``None``: the estimator does not learn).
 
         ``counter`` is the turn's own (``TokenAccounting.estimator``): its base counts of what the assembly
-        already counted are reused, so a long history is not counted again after its call."""
+        already counted are reused, so a long history is not counted again after its call. An answer
+        without usage (a llama-cpp-python stream) teaches through the server's tokenizer endpoint when the
+        route names one (``tokenizer_url``), never through the proxy's own count alone."""
         if self._settings.estimator != "calibrated":
-            return
-        provider_tokens = usage.get("prompt_tokens") if isinstance(usage, Mapping) else None
-        if not isinstance(provider_tokens, int) or isinstance(provider_tokens, bool) or provider_tokens <= 0:
-            return
+            return None
         base = self.base(route)
         if base is None:
-            return
+            return None
+        provider_tokens = usage.get("prompt_tokens") if isinstance(usage, Mapping) else None
+        if not isinstance(provider_tokens, int) or isinstance(provider_tokens, bool) or provider_tokens <= 0:
+            return await self._observe_tokenizer(route, base, llm_input)
         if counter is None or counter.inner is not base:
             counter = TurnEstimator(base)
         local = local_count(counter.unscaled(), llm_input)
+        self._sample(route, local, provider_tokens)
+        return CalibrationSample("usage", provider_tokens, local)
+
+    async def _observe_tokenizer(
+        self, route: ModelRoute, base: TokenEstimator, llm_input: Mapping[str, Any]
+    ) -> CalibrationSample:
+        """A sample from the server's tokenizer: its count of the request's text against tiktoken's."""
+        if route.tokenizer_url is None:
+            return CalibrationSample("none", note="the answer carried no usage and the route names no tokenizer_url")
+        text = prompt_text(llm_input)
+        provider_tokens = await server_token_count(route.tokenizer_url, text, str(llm_input.get("model") or ""))
+        if provider_tokens is None:
+            return CalibrationSample("none", note=f"the tokenizer endpoint {route.tokenizer_url} did not count")
+        local = base.count_text(text)
+        self._sample(route, local, provider_tokens)
+        return CalibrationSample("tokenizer", provider_tokens, local, "the answer carried no usage")
+
+    def _sample(self, route: ModelRoute, local: int, provider_tokens: int) -> None:
         key, group = self._key(route)
 
         def update(current: Any) -> Any:
@@ -179,3 +214,25 @@ def local_count(estimator: TokenEstimator, llm_input: Mapping[str, Any]) -> int:
     total = sum(counts_of(estimator, [m for m in messages if type(m) is dict or isinstance(m, Mapping)]))
     tools = llm_input.get("tools") or []
     return total + estimator.count_tools([t for t in tools if isinstance(t, Mapping)])
+
+
+def prompt_text(llm_input: Mapping[str, Any]) -> str:
+    """The text of a provider call's messages and tools, as a tokenizer endpoint is asked to count it: each
+    message's text content, its tool calls' names and arguments, and the tools' JSON."""
+    parts: list[str] = []
+    for message in llm_input.get("messages") or []:
+        if not isinstance(message, Mapping):
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts += [str(part.get("text")) for part in content if isinstance(part, Mapping) and part.get("text")]
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") if isinstance(call, Mapping) else None
+            if isinstance(function, Mapping):
+                parts += [str(function.get("name") or ""), str(function.get("arguments") or "")]
+    tools = [tool for tool in llm_input.get("tools") or [] if isinstance(tool, Mapping)]
+    if tools:
+        parts.append(dumps(tools).decode())
+    return "\n".join(part for part in parts if part)

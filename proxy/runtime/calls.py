@@ -19,7 +19,7 @@ from proxy.context.turn_estimator import TurnEstimator, counts_of
 from proxy.context.types import TokenEstimator
 from proxy.kernel.client_params import client_arguments, with_route
 from proxy.kernel.config import ModelRoute, Settings
-from proxy.kernel.errors import ContextOverflow, ProxyError
+from proxy.kernel.errors import ContextOverflow, EmptyStream, ProxyError
 from proxy.kernel.native import NATIVE, without_native
 from proxy.kernel.route_api import provider_of
 from proxy.kernel.usage import ModelPrices, PriceLookup, ProviderUsage, no_prices
@@ -30,6 +30,7 @@ from proxy.runtime.anthropic_marks import marked_for_anthropic
 from proxy.runtime.assembly import Assembler, Candidate, TurnRequest
 from proxy.runtime.cache_key import with_session_cache_key
 from proxy.runtime.calibration import TokenCalibrator
+from proxy.runtime.empty_stream import judge_empty_stream, requested_output
 from proxy.runtime.native import NativeCodec, NativeRequest
 from proxy.runtime.observers import CallObserver
 from proxy.runtime.trace import TraceWriter
@@ -136,12 +137,21 @@ class ModelCalls:
             if not request.body.get("stream"):
                 response = await self.backend.complete(llm_input)
                 record.usage = response.get("usage")
-                await self.calibrator.observe(request.route, llm_input, record.usage, _counter(request))
+                record.calibration = await self.calibrator.observe(
+                    request.route, llm_input, record.usage, _counter(request)
+                )
                 answer = Completion(response)
             else:  # relayed as it comes; with proxy tools offered, round by round (``rounds.py``)
                 chunks = await self.backend.stream(llm_input)
                 answer, live = LiveStream(self._finish_stream(chunks, record, strip_usage)), True
             return Reply(answer, proxy_tools, visible)
+        except EmptyStream as empty:
+            # A 200 with nothing in it: an overflow the server did not name, or a failure to explain.
+            sent_tokens = _estimated_size(llm_input, False, self.sizes(request))
+            judged = judge_empty_stream(empty, sent_tokens, requested_output(llm_input), request.limits)
+            record.provider_error = judged.body()["error"]
+            record.provider_status = judged.status
+            raise judged from empty
         except ProxyError as exc:
             record.provider_error = exc.body()["error"]
             record.provider_status = exc.status
@@ -199,7 +209,9 @@ class ModelCalls:
                 response = await self.backend.complete_native(native.api, body, native.headers, route)
                 chat = codec.chat_view(response)
                 record.usage = chat.get("usage")
-                await self.calibrator.observe(request.route, counted, record.usage, _counter(request))
+                record.calibration = await self.calibrator.observe(
+                    request.route, counted, record.usage, _counter(request)
+                )
                 answer = Completion(chat, native=response)
             else:
                 events_in = await self.backend.stream_native(native.api, body, native.headers, route)
@@ -232,7 +244,9 @@ class ModelCalls:
                 seen.append(event)
                 yield event
             record.usage = codec.chat_view(codec.response_of(seen)).get("usage")
-            await self.calibrator.observe(record.request.route, counted, record.usage, _counter(record.request))
+            record.calibration = await self.calibrator.observe(
+                record.request.route, counted, record.usage, _counter(record.request)
+            )
         except ProxyError as exc:
             record.provider_error = exc.body()["error"]
             record.provider_status = exc.status
@@ -276,8 +290,10 @@ class ModelCalls:
                 kept = _client_chunk(chunk, strip_usage)
                 if kept is not None:
                     yield kept
-            record.usage = usage
-            await self.calibrator.observe(record.request.route, record.llm_input, usage, _counter(record.request))
+            record.usage = None if _usage_estimated(chunks) else usage
+            record.calibration = await self.calibrator.observe(
+                record.request.route, record.llm_input, record.usage, _counter(record.request)
+            )
         except ProxyError as exc:
             record.provider_error = exc.body()["error"]
             record.provider_status = exc.status
@@ -367,6 +383,12 @@ def _counter(request: TurnRequest) -> TurnEstimator | None:
     return request.tokens.estimator if request.tokens is not None else None
 
 
+def _usage_estimated(chunks: object) -> bool:
+    """Whether a stream's usage was made up by litellm, not sent by the provider (``ProviderStream``): the
+    provider's usage is calibration's source, never a count of our own side."""
+    return getattr(chunks, "usage_estimated", False) is True
+
+
 def _asks_usage(llm_input: Mapping[str, Any]) -> bool:
     options = llm_input.get("stream_options")
     return isinstance(options, Mapping) and bool(options.get("include_usage"))
@@ -437,7 +459,20 @@ def build_llm_input(
     if isinstance(messages, list) and any(isinstance(m, dict) and NATIVE in m for m in messages):
         # A step a native call left (its provider-native parts) goes to a chat provider in its chat form only.
         llm_input["messages"] = [without_native(m) if isinstance(m, dict) else m for m in messages]
+    if route.null_content_as_empty:
+        llm_input["messages"] = _null_content_as_empty(llm_input.get("messages"))
     return with_route(llm_input, route.litellm_params)
+
+
+def _null_content_as_empty(messages: Any) -> Any:
+    """``messages`` with every assistant message's missing or null content sent as ``""`` (a route's
+    ``null_content_as_empty``: chat templates that concatenate the content fail on null)."""
+    if not isinstance(messages, list):
+        return messages
+    return [
+        {**m, "content": ""} if isinstance(m, dict) and m.get("role") == "assistant" and m.get("content") is None else m
+        for m in messages
+    ]
 
 
 def _estimated_size(llm_input: dict[str, Any], counts_output: bool, estimator: TokenEstimator) -> int:

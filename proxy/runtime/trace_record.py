@@ -22,7 +22,7 @@ from proxy.kernel.errors import ProxyError
 from proxy.kernel.usage import ModelPrices, ProviderUsage
 from proxy.provider.redaction import redact_llm_input
 from proxy.runtime.assembly import Candidate, CandidateRecord, TurnRequest
-from proxy.runtime.calibration import TokenAccounting
+from proxy.runtime.calibration import CalibrationSample, TokenAccounting
 from proxy.runtime.limits import ModelLimits
 from proxy.runtime.remote_compaction import RemoteCompaction, summary_tokens
 from proxy.session.store import Reconciliation
@@ -57,6 +57,7 @@ class CallRecord:
     compaction: RemoteCompaction | None = None
     # What the call cost at its route's prices (``ModelCalls.record`` sets it for every call that billed).
     cost: CallCost | None = None
+    calibration: CalibrationSample | None = None  # what the answer taught the calibrated estimator (the trace's)
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,14 @@ def trace_json(call: CallRecord) -> dict[str, Any]:
         trace["providerError"] = dict(call.provider_error)
     if call.provider_ms is not None:
         trace["providerMs"] = call.provider_ms
+    if call.calibration is not None:
+        sample = call.calibration
+        trace["calibration"] = {
+            "source": sample.source,
+            "providerTokens": sample.provider_tokens,
+            "localTokens": sample.local_tokens,
+            **({"note": sample.note} if sample.note else {}),
+        }
     trace.update(_billing_json(call))
     return trace
 

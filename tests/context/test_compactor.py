@@ -273,6 +273,22 @@ async def test_a_rejected_attempt_is_retried_and_the_retry_can_succeed() -> None
     assert summarizer.history[0] == summarizer.history[1]
 
 
+async def test_a_summary_request_the_provider_finds_over_its_window_is_asked_again_with_half_the_source() -> None:
+    """Our count and the summarizer's provider may disagree (another tokenizer): its overflow is answered
+    once, as a turn's is, by planning again with half the source; the smaller request is answered."""
+    from proxy.kernel.errors import ContextOverflow
+
+    entries, _ = agent_run(12, refs=False)
+    limit = int(cost([e.message for e in entries]) / 0.9)
+    overflow = ContextOverflow("maximum context length is 1024 tokens")
+    summarizer = FakeSummarizer(overflow, default=good_checkpoint)
+    result = await compact(entries, limit=limit, summarizer=summarizer)
+    first, second = summarizer.history[:2]
+    assert cost(second) < cost(first) and len(second[-1]["content"]) < len(first[-1]["content"])
+    assert result.trace.errors == [f"summarizer failed: ContextOverflow: {overflow}"]  # only the first
+    assert result.new_checkpoint
+
+
 async def test_summarizer_failure_falls_back_to_trimming() -> None:
     entries, _ = agent_run(12, refs=False)
     limit = int(cost([e.message for e in entries]) / 0.9)

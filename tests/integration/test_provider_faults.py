@@ -223,7 +223,12 @@ def test_a_stream_without_any_content_is_a_502_before_the_first_byte(start_proxy
     provider.script(lambda body: Reply(body=[]))  # the provider sends only [DONE]
     response = _post(proxy.url, stream=True)
     assert response.status_code == 502, response.text
-    assert "stream ended without any choice content" in response.json()["error"]["message"]
+    error = response.json()["error"]
+    # Far under the window: not taken for an overflow, and the error says what happened and what to check.
+    assert error["code"] == "empty_stream"
+    assert "ended the stream without any choice content" in error["message"]
+    assert "not taken for an overflow" in error["message"]
+    assert len(provider.history) == 1  # no retry
 
 
 def test_a_stream_whose_last_chunk_only_carries_usage_is_relayed(legacy_proxy, provider):
