@@ -34,7 +34,7 @@ def marked_for_anthropic(
                     marks.append(Mark(proxy=i in breakpoints and j == len(content) - 1))
         if CACHE_MARK in message:
             places.append(("message", i, -1))
-            marks.append(Mark(proxy=False))
+            marks.append(Mark(proxy=i in breakpoints and not isinstance(content, list)))
     for (kind, i, j), stays in zip(places, kept(marks), strict=True):
         if stays:
             continue
@@ -50,8 +50,13 @@ def marked_for_anthropic(
 
 
 def _marked_at_end(message: dict[str, Any]) -> dict[str, Any]:
-    """``message`` with a breakpoint on its last content part (a string content becomes one text part)."""
+    """``message`` with a breakpoint on its last content part (a string content becomes one text part). A tool
+    message keeps its string: litellm puts a tool message's own ``cache_control`` on its ``tool_result``, so
+    its bytes stay those of the turns it is not marked on (a mark moved on would otherwise change the
+    prompt where it was)."""
     content = message.get("content")
+    if isinstance(content, str) and message.get("role") == "tool":
+        return message if CACHE_MARK in message else {**message, CACHE_MARK: dict(EPHEMERAL)}
     if isinstance(content, str):
         return {**message, "content": [{"type": "text", "text": content, CACHE_MARK: dict(EPHEMERAL)}]}
     if isinstance(content, list) and content and isinstance(content[-1], Mapping):

@@ -24,10 +24,10 @@ from typing import Any
 from proxy.context.checkpoint import Checkpoint, is_checkpoint_message
 from proxy.context.nonce import session_nonce
 from proxy.context.pipeline import AssemblyInput, ContextPipeline
-from proxy.context.previews import READ_TOOL_OUTPUT
+from proxy.context.previews import READ_TOOL_OUTPUT, is_preview
 from proxy.context.state import RunStateMemo, StateConfig
 from proxy.context.types import ToolContext, tool_name
-from proxy.kernel.canonical import HistoryEntry, chain_hash
+from proxy.kernel.canonical import HistoryEntry, chain_hash, content_text
 from proxy.kernel.config import ModelRoute, Settings
 from proxy.kernel.native import NATIVE
 from proxy.provider.base import ProviderBackend
@@ -263,8 +263,11 @@ class SessionAssembler:
 
 
 def _stable_ends(messages: Sequence[Mapping[str, Any]], nonce: str) -> tuple[int, ...]:
-    """Where what stays byte-stable until the next compaction ends: the system prompt and the latest checkpoint
-    (their indices in ``messages``; ``proxy/kernel/cache_marks.py`` puts prompt-cache breakpoints there)."""
+    """Where what stays byte-stable until the next compaction ends: the system prompt, the latest checkpoint and
+    the latest preview (their indices in ``messages``; ``proxy/kernel/cache_marks.py`` puts prompt-cache
+    breakpoints there). Previews are made oldest first and re-applied unchanged, so the next compaction
+    changes the prompt only after the latest one: marked, what comes before it is still read from the cache
+    then, where a client's moving mark (always on its newest message) was written only past that point."""
     ends: list[int] = []
     leading = 0
     while leading < len(messages) and messages[leading].get("role") == "system":
@@ -274,6 +277,13 @@ def _stable_ends(messages: Sequence[Mapping[str, Any]], nonce: str) -> tuple[int
     checkpoints = [i for i, message in enumerate(messages) if is_checkpoint_message(message, nonce)]
     if checkpoints:
         ends.append(checkpoints[-1])
+    previews = [
+        i
+        for i, message in enumerate(messages)
+        if message.get("role") == "tool" and is_preview(content_text(message.get("content")))
+    ]
+    if previews and previews[-1] > max(ends, default=-1):
+        ends.append(previews[-1])
     return tuple(ends)
 
 
