@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from proxy.context.estimators import ConservativeTokenEstimator
+from proxy.kernel.usage import ModelPrices, ProviderUsage
+from proxy.report.costs import passthrough_usd
 
 __all__ = [
-    "Billing",
-    "Prices",
     "SessionSummary",
     "TraceFolder",
     "TurnSummary",
@@ -79,9 +79,9 @@ class TurnSummary:
     assembly_ms: float | None
     provider_ms: float | None
     modified: float  # the file's mtime: recent activity
-    usage: Billing | None = None  # the provider's usage, when it reported one
+    usage: ProviderUsage | None = None  # the provider's usage, when it reported one
     cost_usd: float | None = None  # the call and its summarizer calls; None: unknown (see ``turn_cost``)
-    prices: Prices | None = None  # the route's, per token, when the cost map knew them
+    prices: ModelPrices | None = None  # the route's, per token, when the cost map knew them
 
     @property
     def cache_share(self) -> float | None:
@@ -135,27 +135,6 @@ class TurnSummary:
             "cacheShare": self.cache_share,
             "costUsd": self.cost_usd,
         }
-
-
-@dataclass(frozen=True)
-class Billing:
-    """A call's usage as the provider billed it (the trace's ``usage``)."""
-
-    prompt_tokens: int
-    completion_tokens: int
-    cache_read_tokens: int
-    cache_write_tokens: int
-
-
-@dataclass(frozen=True)
-class Prices:
-    """Dollars per token at the route's prices (the trace's ``cost.prices``); a cache price of ``None`` is
-    billed at the input price."""
-
-    input: float
-    output: float
-    cache_read: float | None
-    cache_write: float | None
 
 
 def _percentile(values: Sequence[float], share: float) -> float | None:
@@ -232,29 +211,9 @@ class SessionSummary:
 
     @property
     def passthrough_usd(self) -> float | None:
-        """What the client's own requests would have cost sent straight to the provider (``None``: unknown).
-
-        Shadow and legacy calls sent the client's request: their cost is the passthrough's. A dynamic call's
-        is estimated from the client's tokens (in the provider's count) at the route's prices, as if the
-        provider had cached the whole previous request (a passthrough's history only grows), read at the
-        cache-read price, and written the rest (at the cache-write price where there is one): the passthrough
-        at its cheapest, so the proxy is never credited with a saving that caching would have made anyway.
-        The proxy's own tool rounds count as calls of the client's (a passthrough would not have made them)."""
-        total, previous = 0.0, 0.0
-        for turn in self.turns:
-            if not turn.answered:
-                continue
-            if turn.mode != "dynamic":
-                if turn.cost_usd is None:
-                    return None
-                total += turn.cost_usd
-                continue
-            estimate = passthrough_estimate(turn, previous)
-            if estimate is None:
-                return None
-            total += estimate[0]
-            previous = estimate[1]
-        return total
+        """What the client's own requests would have cost sent straight to the provider (``None``: unknown;
+        ``proxy/report/costs.py`` says how it is estimated)."""
+        return passthrough_usd(self.turns)
 
     @property
     def compactions(self) -> int:
@@ -309,29 +268,6 @@ class SessionSummary:
             "unpricedCalls": self.unpriced_calls,
             "passthroughUsd": self.passthrough_usd,
         }
-
-
-# A provider caches no prefix shorter than this (Anthropic's and OpenAI's smallest).
-CACHE_MIN_TOKENS = 1_024
-
-
-def passthrough_estimate(turn: TurnSummary, previous_client_tokens: float) -> tuple[float, float] | None:
-    """A dynamic call's client request priced at its route's prices (``SessionSummary.passthrough_usd``), and
-    its size in the provider's tokens; ``None`` when the prices or the answer's size are unknown.
-
-    The client's request is counted by the proxy's estimator, like the candidate; scaled by what the provider
-    counted of the candidate, it is in the provider's tokens, whatever the estimator's error."""
-    if turn.prices is None or turn.usage is None or turn.client_tokens is None:
-        return None
-    prices = turn.prices
-    scale = turn.usage.prompt_tokens / turn.candidate_tokens if turn.candidate_tokens else 1.0
-    client = turn.client_tokens * scale
-    cached = min(previous_client_tokens, client) if prices.cache_read is not None else 0.0
-    cached = cached if cached >= CACHE_MIN_TOKENS else 0.0
-    fresh = client - cached
-    read = prices.cache_read if prices.cache_read is not None else prices.input
-    written = prices.cache_write if prices.cache_write is not None else prices.input
-    return cached * read + fresh * written + turn.usage.completion_tokens * prices.output, client
 
 
 def read_trace(path: Path) -> dict[str, Any] | None:
@@ -396,11 +332,11 @@ def turn_cost(record: Mapping[str, Any], mode: str, failed_call: bool, failed_as
     return None
 
 
-def _billing(usage: Any) -> Billing | None:
+def _billing(usage: Any) -> ProviderUsage | None:
     prompt = _int(_pick(usage, "promptTokens"))
     if prompt is None:
         return None
-    return Billing(
+    return ProviderUsage(
         prompt,
         _int(_pick(usage, "completionTokens")) or 0,
         _int(_pick(usage, "cacheReadTokens")) or 0,
@@ -408,11 +344,11 @@ def _billing(usage: Any) -> Billing | None:
     )
 
 
-def _prices(prices: Any) -> Prices | None:
+def _prices(prices: Any) -> ModelPrices | None:
     given, output = _number(_pick(prices, "input")), _number(_pick(prices, "output"))
     if given is None or output is None:
         return None
-    return Prices(given, output, _number(_pick(prices, "cacheRead")), _number(_pick(prices, "cacheWrite")))
+    return ModelPrices(given, output, _number(_pick(prices, "cacheRead")), _number(_pick(prices, "cacheWrite")))
 
 
 def _request_tokens(llm_input: Any) -> int | None:
