@@ -28,6 +28,8 @@ class TeamLabels:
         """Count one model call of ``context_id``'s team and return the label value it is counted under."""
         team = team_of(context_id)
         calls = self._calls[team] = self._calls.get(team, 0) + 1
+        if team not in self._named and len(self._named) >= 2 * self.limit:
+            return OTHER  # every label is given out: no ranking can name this team
         if len(self._calls) <= self.limit:
             busiest = True  # no more teams than labels: every team is among the busiest
         else:

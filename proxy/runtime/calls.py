@@ -481,8 +481,7 @@ def _estimated_size(llm_input: dict[str, Any], counts_output: bool, estimator: T
     size = sum(counts_of(estimator, [m for m in llm_input.get("messages") or [] if isinstance(m, dict)]))
     size += estimator.count_tools(llm_input.get("tools") or [])
     if counts_output:
-        requested = llm_input.get("max_completion_tokens") or llm_input.get("max_tokens")
-        size += requested if isinstance(requested, int) else 0
+        size += requested_output(llm_input)
     return size
 
 

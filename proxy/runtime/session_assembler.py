@@ -277,13 +277,17 @@ def _stable_ends(messages: Sequence[Mapping[str, Any]], nonce: str) -> tuple[int
     checkpoints = [i for i, message in enumerate(messages) if is_checkpoint_message(message, nonce)]
     if checkpoints:
         ends.append(checkpoints[-1])
-    previews = [
-        i
-        for i, message in enumerate(messages)
-        if message.get("role") == "tool" and is_preview(content_text(message.get("content")))
-    ]
-    if previews and previews[-1] > max(ends, default=-1):
-        ends.append(previews[-1])
+    stable = max(ends, default=-1)
+    latest_preview = next(
+        (
+            i
+            for i in range(len(messages) - 1, stable, -1)
+            if messages[i].get("role") == "tool" and is_preview(content_text(messages[i].get("content")))
+        ),
+        None,
+    )
+    if latest_preview is not None:
+        ends.append(latest_preview)
     return tuple(ends)
 
 
