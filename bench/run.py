@@ -162,6 +162,7 @@ def _part_isolation(scratch: Path, messages: int) -> Any:
 
 def _part_agent(scratch: Path, plan: dict[str, Any]) -> Any:
     from bench.agent import run_agent
+    from bench.compacted_stream import run_compacted_stream
 
     folder = scratch / "agent"
     folder.mkdir()
@@ -185,6 +186,7 @@ def _part_agent(scratch: Path, plan: dict[str, Any]) -> Any:
             repeats=plan["agent_repeats"],
         )
     result["errors"] = errors
+    result["compacted_stream"] = run_compacted_stream()
     return result
 
 

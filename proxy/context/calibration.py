@@ -19,6 +19,7 @@ Pure statistics: the runtime (``proxy/runtime/calibration.py``) loads and stores
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -87,8 +88,8 @@ class Calibration:
         if not self.samples:
             return Correction(ratio=1.0, margin=start_margin, samples=0)
         weights = _weights(len(self.samples))
-        median = weighted_quantile(self.samples, weights, 0.5)
-        observed = weighted_quantile(self.samples, weights, QUANTILE) / median
+        median, upper = _weighted_quantiles(self.samples, weights, (0.5, QUANTILE))
+        observed = upper / median
         predicted = min(prediction_bound(self.samples, weights) / median, MAX_PREDICTED_MARGIN)
         margin = max(observed, predicted, MIN_MARGIN)
         missing = max(0, MIN_SAMPLES - len(self.samples))
@@ -105,6 +106,10 @@ class Calibration:
         raw = record.get("samples") if isinstance(record, Mapping) else None
         if not isinstance(raw, list):
             return cls()
+        recent = raw[-MAX_SAMPLES:]
+        plain = recent and all(type(x) is float for x in recent)  # as stored: the common case, read every turn
+        if plain and min(recent) >= MIN_RATIO and max(recent) <= MAX_RATIO:
+            return cls(tuple(recent))
         kept = [
             float(x)
             for x in raw
@@ -113,8 +118,17 @@ class Calibration:
         return cls(tuple(kept[-MAX_SAMPLES:]))
 
 
-def _weights(count: int) -> list[float]:
-    return [0.5 ** ((count - 1 - index) / HALF_LIFE_CALLS) for index in range(count)]
+@functools.lru_cache(maxsize=4)
+def _weights(count: int) -> tuple[float, ...]:
+    """The samples' recency weights, oldest first: the same for every route with ``count`` samples (a
+    turn reads its route's correction, and a route keeps ``MAX_SAMPLES`` once it is warm)."""
+    return tuple(0.5 ** ((count - 1 - index) / HALF_LIFE_CALLS) for index in range(count))
+
+
+@functools.lru_cache(maxsize=4)
+def _effective_count(weights: tuple[float, ...]) -> float:
+    """Kish's effective sample count of ``weights``."""
+    return sum(weights) ** 2 / sum(w * w for w in weights)
 
 
 def prediction_bound(values: Sequence[float], weights: Sequence[float], quantile: float = QUANTILE) -> float:
@@ -125,10 +139,10 @@ def prediction_bound(values: Sequence[float], weights: Sequence[float], quantile
     empirical quantile then stands on its own)."""
     if len(values) < MIN_SAMPLES:
         return 0.0
-    total = sum(weights)
-    effective = total * total / sum(w * w for w in weights)
+    effective = _effective_count(tuple(weights))
     if effective >= 1 / (1 - quantile):
         return 0.0
+    total = sum(weights)
     logs = [math.log(v) for v in values]
     mean = sum(w * x for w, x in zip(weights, logs, strict=True)) / total
     variance = sum(w * (x - mean) ** 2 for w, x in zip(weights, logs, strict=True)) / total
@@ -149,11 +163,19 @@ def student_t_quantile(quantile: float, dof: float) -> float:
 
 def weighted_quantile(values: Sequence[float], weights: Sequence[float], quantile: float) -> float:
     """The smallest value whose cumulative weight (values ascending) reaches ``quantile`` of the total."""
+    return _weighted_quantiles(values, weights, (quantile,))[0]
+
+
+def _weighted_quantiles(values: Sequence[float], weights: Sequence[float], quantiles: Sequence[float]) -> list[float]:
+    """``weighted_quantile`` of each of ``quantiles`` (ascending), over one sort of the values."""
     pairs = sorted(zip(values, weights, strict=True))
-    goal = quantile * sum(weights)
-    running = 0.0
-    for value, weight in pairs:
-        running += weight
-        if running >= goal:
-            return value
-    return pairs[-1][0]
+    total = sum(weights)
+    out: list[float] = []
+    running, at = 0.0, 0
+    for quantile in quantiles:
+        goal = quantile * total
+        while at < len(pairs) and running + pairs[at][1] < goal:
+            running += pairs[at][1]
+            at += 1
+        out.append(pairs[min(at, len(pairs) - 1)][0])
+    return out
