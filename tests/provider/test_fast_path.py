@@ -195,6 +195,29 @@ async def test_same_request_for_cache_marks_and_schema_patterns(provider: Any, r
     _assert_same(results)
 
 
+@pytest.mark.parametrize("route", ["openai", "azure"])
+async def test_remembered_tool_schemas_send_what_litellm_sends_on_every_call(provider: Any, route: str) -> None:
+    """The fast route remembers litellm's sanitizing of a tool list (``fast/tool_schemas.py``): one backend's
+    later calls with the same tools, and with other tools in between, still send acompletion's bytes."""
+    slow = await _both(provider, {"body": ANSWERS[route]}, route, messages=HISTORY, tools=PATTERNED, max_tokens=9)
+    ((slow_body,), _), _ = slow[0]
+    expected = json.dumps(slow_body)
+    backend = LiteLLMBackend(timeout_seconds=30, fast_path=True)
+    api_base = provider.add(body=ANSWERS[route])  # one route: the memo is keyed by the api_base too
+    arguments = {**ROUTES[route], "api_base": api_base, "api_key": "sk-test-key"}
+    try:
+        for tools in (PATTERNED, TOOLS, PATTERNED, PATTERNED):
+            await backend.complete({**arguments, "messages": HISTORY, "tools": tools, "max_tokens": 9})
+            sent = provider.received[api_base.split("/")[3]][-1]
+            if tools is PATTERNED:
+                assert json.dumps(sent) == expected
+                assert "pattern" not in json.dumps(sent["tools"])  # litellm dropped it, the memo too
+            else:
+                assert sent["tools"] == TOOLS
+    finally:
+        await backend.aclose()
+
+
 async def test_the_providers_get_their_own_requests(provider: Any) -> None:
     azure = await _both(provider, {"body": ANSWER}, "azure", messages=HISTORY)
     path, headers = azure[1][0][1][0]
@@ -438,6 +461,9 @@ def test_litellm_still_has_what_the_fast_path_uses() -> None:
         }
         for method, parameters in methods.items():
             assert parameters <= set(inspect.signature(getattr(config, method)).parameters), (provider, method)
+    # the step the openai route remembers per tool list (fast/tool_schemas.py)
+    step = inspect.signature(configs["openai"]._sanitized_tools_update_for_openai).parameters
+    assert set(step) == {"optional_params", "litellm_params"}
     optional = set(inspect.signature(parts["get_optional_params"]).parameters)
     assert {"model", "custom_llm_provider", "messages", "stream", "max_retries", "tools", "api_version"} <= optional
     # the Azure route writes the body in the order the openai SDK's create() does, for the same keys

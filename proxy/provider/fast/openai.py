@@ -13,6 +13,7 @@ import openai
 from proxy.provider.fast.base import Adapter, Prepared, chained, post_json
 from proxy.provider.fast.messages import MessageScan, splices_messages
 from proxy.provider.fast.streaming import StreamChunks, open_stream
+from proxy.provider.fast.tool_schemas import SanitizedTools
 
 _OPENAI_PARAMS = (
     "temperature",
@@ -50,6 +51,7 @@ class OpenAIAdapter(Adapter):
         super().__init__(litellm, parts)
         self._handler = parts["OpenAIChatCompletion"]()
         self._chunks = StreamChunks(parts)
+        self._sanitized_tools = SanitizedTools()
 
     def _accepts(self, llm_input: dict[str, Any]) -> bool:
         if self._litellm.OpenAIConfig.get_config():  # an operator's module-level OpenAI defaults
@@ -146,6 +148,7 @@ class OpenAIAdapter(Adapter):
         # Plain text messages pass the config's message steps unchanged: built without them, put in after
         # (``splices_messages``), rather than walked several times over on every call.
         splice = prepared.spliced
+        self._sanitized_tools.remember_on(prepared.config)  # an agent's tools are the same on every call
         data = prepared.config.transform_request(
             model=prepared.model,
             messages=[] if splice else prepared.messages,

@@ -1,0 +1,68 @@
+"""litellm's sanitizing of tool schemas for OpenAI-compatible servers, remembered.
+
+``OpenAIGPTConfig.transform_request`` walks every tool's JSON schema on every call (it drops ``pattern``
+regexes Python cannot compile and, for api.openai.com, flattens combinators): a third of a millisecond
+for an agent's two dozen tools, which are byte-identical on every call of every session of that agent.
+``remember_sanitized_tools`` puts a memo in front of that step on the one config instance a call builds
+its body with (litellm makes a new one per call, so nothing else sees it): the first call with a given
+list of tools runs litellm's own step, later ones get a fresh copy of its answer. The answer depends on the
+tools, the provider and the api_base (litellm's own arguments), so those key it; a litellm that no longer
+has the step keeps its plain transformation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import orjson
+
+_STEP = "_sanitized_tools_update_for_openai"
+_KEPT = 64  # distinct tool lists remembered (an agent has one or a few)
+Update = Callable[[Mapping[str, object], Mapping[str, object]], Mapping[str, object]]
+
+
+class SanitizedTools:
+    """The memo, shared by every call of one fast route."""
+
+    def __init__(self) -> None:
+        self._answers: dict[tuple[bytes, Any, Any, type], bytes] = {}
+
+    def remember_on(self, config: Any) -> None:
+        """Put the memo in front of ``config``'s own sanitizing step (this instance only)."""
+        step = getattr(config, _STEP, None)
+        if callable(step):
+            setattr(config, _STEP, self._remembered(step, type(config)))
+
+    def _remembered(self, step: Update, config_type: type) -> Update:
+        def update(optional_params: Mapping[str, object], litellm_params: Mapping[str, object]) -> Mapping[str, object]:
+            tools = optional_params.get("tools")
+            if not isinstance(tools, list) or not tools:
+                return step(optional_params, litellm_params)
+            try:
+                schema = orjson.dumps(tools)
+            except TypeError:  # not JSON (never from a request): litellm's step as it is
+                return step(optional_params, litellm_params)
+            key = (
+                hashlib.blake2b(schema, digest_size=16).digest(),
+                litellm_params.get("custom_llm_provider"),
+                litellm_params.get("api_base"),
+                config_type,
+            )
+            known = self._answers.get(key)
+            if known is None:
+                answer = step(optional_params, litellm_params)
+                try:
+                    known = orjson.dumps(dict(answer))
+                except TypeError:
+                    return answer
+                if len(self._answers) >= _KEPT:
+                    self._answers.pop(next(iter(self._answers)))
+                self._answers[key] = known
+                return answer
+            # A copy of its own for every call: the body it goes into is the call's (a trace keeps it).
+            return MappingProxyType(orjson.loads(known))
+
+        return update
