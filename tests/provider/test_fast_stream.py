@@ -20,7 +20,7 @@ import openai
 import pytest
 
 from proxy.kernel.errors import ProxyError
-from proxy.provider.fast.streaming import StreamLog
+from proxy.provider.fast.streaming import StreamLog, built_inline
 from proxy.provider.fast.surface import load
 from proxy.provider.litellm_backend import LiteLLMBackend
 from tests.provider.test_fast_path import HISTORY, READ_HEADERS, TOOLS, _outcome
@@ -247,3 +247,16 @@ def test_litellm_still_streams_the_way_the_fast_path_relies_on() -> None:
     log = StreamLog("test", "openai", [], {}, None)
     assert all(hasattr(log, name) for name in WRAPPER_READS - {"_deferred_stream_complete_args"})
     assert not hasattr(log, "_on_deferred_stream_complete")
+    # the end-of-stream step the fast path runs in its own task (``built_inline``): litellm's, word for word
+    # but for the thread it runs the builder on
+    step = inspect.getsource(parts["CustomStreamWrapper"]._async_build_complete_streaming_response)
+    inline = inspect.getsource(built_inline(parts["CustomStreamWrapper"])._async_build_complete_streaming_response)
+    litellms = _body_words(step).replace("asyncify(litellm.stream_chunk_builder)(", "BUILDER(")
+    assert litellms == _body_words(inline).replace("_litellm().stream_chunk_builder(", "BUILDER(")
+
+
+def _body_words(source: str) -> str:
+    """A method's body without its signature, comments, blank space and return annotations."""
+    body = source.split(":\n", 1)[1]
+    body = re.sub(r"#.*", "", body)
+    return re.sub(r"\s+", "", body).replace("returnawait", "return").replace(",)", ")")

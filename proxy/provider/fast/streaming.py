@@ -37,6 +37,7 @@ class StreamChunks:
     def __init__(self, parts: dict[str, Any]) -> None:
         self._parts = parts
         self._sdk: openai.AsyncOpenAI | None = None  # made on the first stream: a backend may never stream
+        self._wrapper = built_inline(parts["CustomStreamWrapper"])
 
     def wrapper(
         self,
@@ -54,7 +55,7 @@ class StreamChunks:
             self._sdk = openai.AsyncOpenAI(api_key="unused", base_url="http://127.0.0.1:9/unused")
         sdk_stream = openai.AsyncStream(cast_to=ChatCompletionChunk, response=response, client=self._sdk)  # type: ignore[arg-type]
         log = StreamLog(model, provider, messages, litellm_params, stream_options)
-        return self._parts["CustomStreamWrapper"](
+        return self._wrapper(
             completion_stream=_closing(sdk_stream, response),
             model=model,
             custom_llm_provider=provider,
@@ -62,6 +63,37 @@ class StreamChunks:
             stream_options=stream_options,
             _response_headers=dict(response.headers),
         )
+
+
+def built_inline(wrapper: type) -> type:
+    """litellm's ``CustomStreamWrapper`` with its end-of-stream step run in this task.
+
+    Once the provider's last chunk is in, the wrapper rebuilds the whole answer (``stream_chunk_builder``:
+    the final usage chunk's figures come from it) through ``asyncify``, on a worker thread: a thread hop
+    that held every fast-path stream's end back by one to two milliseconds on a busy loop, while the
+    builder, pure Python, holds the GIL on that thread just as it would here. The same builder with the
+    same arguments, so the same chunks; ``test_litellm_still_streams_the_way_the_fast_path_relies_on``
+    fails when litellm's step changes."""
+
+    class InlineBuilt(wrapper):  # type: ignore[misc]
+        async def _async_build_complete_streaming_response(self) -> Any:
+            try:
+                return _litellm().stream_chunk_builder(
+                    chunks=self.chunks,
+                    messages=self.messages,
+                    logging_obj=self.logging_obj,
+                    count_prompt_tokens=self.count_prompt_tokens,
+                )
+            except Exception as e:
+                return self._builder_failure_response(e)
+
+    return InlineBuilt
+
+
+def _litellm() -> Any:
+    import litellm  # imported by the surface already; looked up per stream end as the wrapper looks it up
+
+    return litellm
 
 
 async def _closing(sdk_stream: Any, response: httpx.Response) -> Any:
