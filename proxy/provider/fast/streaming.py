@@ -47,20 +47,48 @@ class StreamChunks:
         messages: list[Any],
         litellm_params: dict[str, Any],
         stream_options: dict[str, Any] | None,
+        requested_options: dict[str, Any] | None,
     ) -> Any:
-        """litellm's ``CustomStreamWrapper`` over the SDK's ``AsyncStream`` of ``response``."""
+        """litellm's ``CustomStreamWrapper`` over the SDK's ``AsyncStream`` of ``response`` (an OpenAI-shaped SSE)."""
         if self._sdk is None:
             # The SDK's stream reads its client for two things only: its SSE decoder and the chunk construction.
             self._sdk = openai.AsyncOpenAI(api_key="unused", base_url="http://127.0.0.1:9/unused")
         sdk_stream = openai.AsyncStream(cast_to=ChatCompletionChunk, response=response, client=self._sdk)  # type: ignore[arg-type]
-        log = StreamLog(model, provider, messages, litellm_params, stream_options)
+        return self.wrap(
+            _closing(sdk_stream, response),
+            dict(response.headers),
+            model=model,
+            provider=provider,
+            messages=messages,
+            litellm_params=litellm_params,
+            stream_options=stream_options,
+            requested_options=requested_options,
+        )
+
+    def wrap(
+        self,
+        completion_stream: Any,
+        response_headers: Any,
+        *,
+        model: str,
+        provider: str,
+        messages: list[Any],
+        litellm_params: dict[str, Any],
+        stream_options: dict[str, Any] | None,
+        requested_options: dict[str, Any] | None,
+    ) -> Any:
+        """litellm's ``CustomStreamWrapper`` over ``completion_stream`` (the provider's chunks as the handler
+        hands them over), as the handler builds it: ``stream_options`` what the handler passes the wrapper,
+        ``requested_options`` the caller's own (litellm's logging object keeps those, and the wrapper reads
+        them there: whether the caller asked for usage, and the options of a handler that passes none)."""
+        log = StreamLog(model, provider, messages, litellm_params, requested_options)
         return self._parts["CustomStreamWrapper"](
-            completion_stream=_closing(sdk_stream, response),
+            completion_stream=completion_stream,
             model=model,
             custom_llm_provider=provider,
             logging_obj=log,
             stream_options=stream_options,
-            _response_headers=dict(response.headers),
+            _response_headers=response_headers,
         )
 
 
