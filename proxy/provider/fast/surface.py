@@ -30,6 +30,7 @@ LITELLM_SURFACE: dict[str, tuple[str, ...]] = {
         "OpenAIError",
         "build_output_token_limit_response",
         "is_output_token_limit_error",
+        "upstream_error_response",
     ),
     "litellm.llms.azure.common_utils": ("AzureOpenAIError",),
     "litellm.llms.azure.chat.gpt_transformation": ("AzureOpenAIConfig",),
