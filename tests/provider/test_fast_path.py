@@ -348,8 +348,6 @@ LEFT_TO_ACOMPLETION: dict[str, dict[str, Any]] = {
     "anthropic-n": {**ANTHROPIC, "n": 2},  # a parameter Anthropic does not map
     "anthropic-json-mode": {**ANTHROPIC, "response_format": {"type": "json_object"}},
     "anthropic-thinking": {**ANTHROPIC, "thinking": {"type": "enabled", "budget_tokens": 1024}},
-    "anthropic-stream": {**ANTHROPIC, "stream": True},
-    "azure-stream": {**AZURE, "stream": True},
 }
 ACCEPTED = {
     "openai": {"model": "openai/test", "api_base": "http://h/v1", "api_key": "k"},
