@@ -315,7 +315,7 @@ LEFT_TO_ACOMPLETION: dict[str, dict[str, Any]] = {
         "api_base": "http://h/v1",
         "api_key": "k",
         "stream_options": {"include_usage": True},
-    },  # an openai/ stream takes the fast path (test_fast_stream.py); its options without a stream do not
+    },  # a stream takes the fast path (test_fast_stream.py); its options without a stream do not
     "reasoning": {"model": "openai/test", "api_base": "http://h/v1", "api_key": "k", "reasoning_effort": "low"},
     "image": {
         "model": "openai/test",

@@ -1,7 +1,7 @@
 """The ``anthropic/`` route: litellm's ``AnthropicConfig`` builds the Messages API request and converts
 the answer, step for step as its handler does (main.py ``_complete_anthropic``, llms/anthropic/chat/
-handler.py ``AnthropicChatCompletion``); failures are raised as that handler and litellm's HTTP client
-raise them."""
+handler.py ``AnthropicChatCompletion``; a stream as ``acompletion_stream_function`` and ``make_call``
+make and read it); failures are raised as that handler and litellm's HTTP client raise them."""
 
 from __future__ import annotations
 

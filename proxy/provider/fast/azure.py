@@ -1,6 +1,6 @@
 """The ``azure/<deployment>`` route: the OpenAI route's body, built by litellm's ``AzureOpenAIConfig``,
 sent where ``AsyncAzureOpenAI`` sends it, failures wrapped as litellm's Azure handler wraps them
-(llms/azure/azure.py, ``AzureChatCompletion.acompletion``)."""
+(llms/azure/azure.py, ``AzureChatCompletion.acompletion``; a stream's as its ``async_streaming`` does)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,14 @@
-"""A streamed answer on the fast path: the provider's SSE read by the openai SDK's own ``AsyncStream`` (its
-chunk objects, its error events), and those chunks turned into litellm's by litellm's own
-``CustomStreamWrapper``, as ``acompletion`` does for the OpenAI handler (llms/openai/openai.py
-``async_streaming``). What the fast path leaves out is litellm's call bookkeeping: the wrapper is handed
-``StreamLog`` instead of litellm's logging object, so no success or failure callback, cost calculation or
-cache write runs (the proxy configures none of them; the chunks the caller sees do not depend on them).
+"""A streamed answer on the fast path: the provider's chunks, read as the route's litellm handler reads them,
+turned into litellm's by litellm's own ``CustomStreamWrapper``, as ``acompletion`` does.
+
+- ``openai/``, ``azure/``: the openai SDK's own ``AsyncStream`` (its chunk objects, its error events;
+  ``StreamChunks.wrapper``), as llms/openai/openai.py and llms/azure/azure.py ``async_streaming`` do.
+- ``anthropic/``: litellm's ``ModelResponseIterator`` (llms/anthropic/chat/handler.py ``make_call``), handed
+  to ``StreamChunks.wrap`` by the route.
+
+What the fast path leaves out is litellm's call bookkeeping: the wrapper is handed ``StreamLog`` instead of
+litellm's logging object, so no success or failure callback, cost calculation or cache write runs (the
+proxy configures none of them; the chunks the caller sees do not depend on them).
 """
 
 from __future__ import annotations
