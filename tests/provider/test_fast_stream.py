@@ -243,6 +243,31 @@ async def test_same_request_and_chunks_on_anthropic(
         assert chunks[-1]["usage"]["prompt_tokens"] == 14  # the usage chunk reaches the client (cache reads too)
 
 
+async def test_a_renamed_tool_comes_back_under_its_own_name_on_anthropic(provider: Any) -> None:
+    """Anthropic refuses ``/`` in a tool name: litellm sends ``lab_measure`` and its stream reader names the
+    call back ``lab/measure`` from the map the request transformation made."""
+    tools = [{**TOOLS[0], "function": {**TOOLS[0]["function"], "name": "lab/measure"}}]
+    start = _event(
+        "content_block_start",
+        index=0,
+        content_block={"type": "tool_use", "id": "c2", "name": "lab_measure", "input": {}},
+    )
+    events = [
+        MESSAGE_START,
+        start,
+        _block_delta(0, type="input_json_delta", partial_json="{}"),
+        *_message_end("tool_use"),
+    ]
+    results = await _both(provider, {"events": events}, "anthropic", tools=tools)
+    _assert_same(results)
+    ((sent, *_), (chunks, _)) = results[1]
+    assert sent[0]["tools"][0]["name"] == "lab_measure"
+    names = [
+        call["function"]["name"] for chunk in chunks for call in chunk["choices"][0]["delta"].get("tool_calls") or []
+    ]
+    assert "lab/measure" in names
+
+
 ROUTE_ERRORS = {
     "openai": lambda status: {
         "error": {"message": f"refused with {status}", "type": "invalid_request_error", "code": "x"}
