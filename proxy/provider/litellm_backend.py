@@ -30,9 +30,9 @@ if TYPE_CHECKING:
 
 
 class LiteLLMBackend:
-    """The default backend: litellm adapts every call. A plain OpenAI-compatible completion (streamed or
-    not), or a non-streamed Azure OpenAI or Anthropic one, goes through litellm's transformation layer over
-    one pooled client (``proxy.provider.fast``); the rest through
+    """The default backend: litellm adapts every call. A plain OpenAI-compatible, Azure OpenAI or Anthropic
+    completion (streamed or not) goes through litellm's transformation layer over one pooled client
+    (``proxy.provider.fast``); the rest through
     ``litellm.acompletion``. ``fast_path=False`` sends everything through ``acompletion`` (benchmarks,
     the tests that compare both paths)."""
 

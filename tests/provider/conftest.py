@@ -28,11 +28,14 @@ from proxy.provider.scripted import serve_in_thread
 
 @dataclass
 class Reply:
-    """One scripted answer: ``body`` (dict/list as JSON, str as is) or, for stream requests, ``chunks`` as SSE."""
+    """One scripted answer: ``body`` (dict/list as JSON, str as is) or, for stream requests, ``chunks`` as SSE
+    (OpenAI's: ``data:`` lines ending with ``[DONE]``) or ``events`` as Anthropic's SSE (each event named by
+    its ``type``, no ``[DONE]``)."""
 
     status: int = 200
     body: Any = None
     chunks: list[dict[str, Any]] | None = None
+    events: list[dict[str, Any]] | None = None
     content_type: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
@@ -46,6 +49,7 @@ class ScriptedProvider:
         self._replies: dict[str, Reply] = {}
         self.received: dict[str, list[dict[str, Any]]] = {}
         self.requests: dict[str, list[tuple[str, dict[str, str]]]] = {}  # each request's path and headers
+        self.bodies: dict[str, list[bytes]] = {}  # each request's body, as it came over the socket
         self._names = itertools.count()
         self._lock = threading.Lock()
 
@@ -56,14 +60,21 @@ class ScriptedProvider:
             self._replies[name] = Reply(**reply)
             self.received[name] = []
             self.requests[name] = []
+            self.bodies[name] = []
         return f"http://127.0.0.1:{self.port}/{name}/v1"
 
     def answer(
-        self, name: str, request: dict[str, Any], path: str = "", headers: dict[str, str] | None = None
+        self,
+        name: str,
+        request: dict[str, Any],
+        path: str = "",
+        headers: dict[str, str] | None = None,
+        raw: bytes = b"",
     ) -> Reply | None:
         with self._lock:
             if name in self.received:
                 self.received[name].append(request)
+                self.bodies[name].append(raw)
                 self.requests[name].append((path, {key.lower(): value for key, value in (headers or {}).items()}))
             return self._replies.get(name)
 
@@ -73,13 +84,17 @@ def _handler(script: ScriptedProvider) -> type[BaseHTTPRequestHandler]:
         protocol_version = "HTTP/1.1"
 
         def do_POST(self) -> None:
-            request = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))) or b"{}")
-            reply = script.answer(self.path.split("/")[1], request, self.path, dict(self.headers))
+            raw = self.rfile.read(int(self.headers.get("content-length", "0")))
+            request = json.loads(raw or b"{}")
+            reply = script.answer(self.path.split("/")[1], request, self.path, dict(self.headers), raw)
             if reply is None:
                 self._send(404, b'{"error": {"message": "no script"}}', "application/json", {})
                 return
             time.sleep(reply.delay)
-            if request.get("stream") and reply.chunks is not None:
+            if request.get("stream") and reply.events is not None:
+                events = "".join(f"event: {event.get('type')}\ndata: {json.dumps(event)}\n\n" for event in reply.events)
+                self._send(reply.status, events.encode(), "text/event-stream", reply.headers)
+            elif request.get("stream") and reply.chunks is not None:
                 events = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in reply.chunks) + "data: [DONE]\n\n"
                 self._send(reply.status, events.encode(), "text/event-stream", reply.headers)
             elif isinstance(reply.body, str):
@@ -137,6 +152,10 @@ async def _close_litellm_clients() -> AsyncIterator[None]:
     module = sys.modules.get("litellm")
     if module is not None:
         await close_loop_clients(module)
+        # litellm makes its module-level client (Anthropic's streams go through it) once per process, in the
+        # loop of its first use, and keeps it on the module: closed above with that loop's clients, it would
+        # serve the next test's loop with connections nobody closes. The next use makes it afresh.
+        vars(module).pop("module_level_aclient", None)
 
 
 @pytest.fixture(scope="session")

@@ -338,7 +338,7 @@ LEFT_TO_ACOMPLETION: dict[str, dict[str, Any]] = {
         "api_base": "http://h/v1",
         "api_key": "k",
         "stream_options": {"include_usage": True},
-    },  # an openai/ stream takes the fast path (test_fast_stream.py); its options without a stream do not
+    },  # a stream takes the fast path (test_fast_stream.py); its options without a stream do not
     "reasoning": {"model": "openai/test", "api_base": "http://h/v1", "api_key": "k", "reasoning_effort": "low"},
     "image": {
         "model": "openai/test",
@@ -371,8 +371,6 @@ LEFT_TO_ACOMPLETION: dict[str, dict[str, Any]] = {
     "anthropic-n": {**ANTHROPIC, "n": 2},  # a parameter Anthropic does not map
     "anthropic-json-mode": {**ANTHROPIC, "response_format": {"type": "json_object"}},
     "anthropic-thinking": {**ANTHROPIC, "thinking": {"type": "enabled", "budget_tokens": 1024}},
-    "anthropic-stream": {**ANTHROPIC, "stream": True},
-    "azure-stream": {**AZURE, "stream": True},
 }
 ACCEPTED = {
     "openai": {"model": "openai/test", "api_base": "http://h/v1", "api_key": "k"},

@@ -1,10 +1,13 @@
 """Streams on the fast path (``proxy/provider/fast/streaming.py``) against ``litellm.acompletion``, side by side
-over loopback on the ``openai/`` route: the provider receives the same bytes with the same credentials, and
-the proxy relays the same chunks (usage chunk included) or raises the same translated error, before the
-first chunk and inside the stream. Both paths run litellm's own ``CustomStreamWrapper``, so the one field
-litellm's wrapper makes up per call, ``created`` (its clock, not the provider's), is compared for type only.
-And the rule: Azure's and Anthropic's streams stay on acompletion; and a litellm upgrade that changes what
-the wrapper reads of its logging object fails here.
+over loopback, on every route (``openai/``, ``azure/``, ``anthropic/``): the provider receives the same body
+bytes at the same path with the same credentials, and the proxy relays the same chunks (usage chunk
+included) or raises the same translated error, before the first chunk and inside the stream. Both paths
+run litellm's own ``CustomStreamWrapper`` (and, for Anthropic, its own SSE reader), so the fields litellm
+makes up per call are compared for their shape only: ``created`` (its wrapper's clock, not the
+provider's) everywhere, and on Anthropic's route the chunks' ``id`` (a ``chatcmpl-`` id its SSE reader
+draws per stream; Anthropic's message id is not passed on), as on the one-chunk stream litellm makes of
+an output-limit 400. And the rule: every route's streams take the fast path; and a litellm upgrade that
+changes what the wrapper reads of its logging object, or what the handlers hand it, fails here.
 """
 
 from __future__ import annotations
@@ -23,9 +26,7 @@ from proxy.kernel.errors import ProxyError
 from proxy.provider.fast.streaming import StreamLog, built_inline
 from proxy.provider.fast.surface import load
 from proxy.provider.litellm_backend import LiteLLMBackend
-from tests.provider.test_fast_path import HISTORY, READ_HEADERS, TOOLS, _outcome
-
-ROUTE = {"model": "openai/test"}
+from tests.provider.test_fast_path import HISTORY, READ_HEADERS, ROUTES, TOOLS, _outcome
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
@@ -59,13 +60,13 @@ TOOL_CALL = [
 ]
 
 
-async def _both(provider: Any, reply: dict[str, Any], **llm_input: Any) -> list[tuple[Any, Any]]:
+async def _both(provider: Any, reply: dict[str, Any], route: str = "openai", **llm_input: Any) -> list[tuple[Any, Any]]:
     """(what the provider received, the chunks and how the stream ended) on each path, acompletion first."""
     results = []
     for fast in (False, True):
         api_base = provider.add(**reply)
         backend = LiteLLMBackend(timeout_seconds=30, fast_path=fast)
-        arguments = {**ROUTE, "api_base": api_base, "api_key": "sk-test-key", "messages": HISTORY, **llm_input}
+        arguments = {**ROUTES[route], "api_base": api_base, "api_key": "sk-test-key", "messages": HISTORY, **llm_input}
         call = backend.provider_arguments({**arguments, "stream": True})
         assert backend._fast is None or backend._fast.accepts(call)
         chunks: list[dict[str, Any]] = []
@@ -82,20 +83,27 @@ async def _both(provider: Any, reply: dict[str, Any], **llm_input: Any) -> list[
             (path.removeprefix(f"/{name}"), {key: value for key, value in headers.items() if key in READ_HEADERS})
             for path, headers in provider.requests[name]
         ]
-        results.append(((provider.received[name], requests), (_stable(chunks), ending)))
+        bodies = [body.decode("utf-8") for body in provider.bodies[name]]  # the bytes, not only what they parse to
+        results.append(((provider.received[name], requests, bodies), (_stable(chunks, route), ending)))
     return results
 
 
-def _stable(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The chunks with ``created`` checked and set aside: litellm's wrapper stamps its own clock's second."""
+def _stable(chunks: list[dict[str, Any]], route: str) -> list[dict[str, Any]]:
+    """The chunks with what litellm makes up per call checked and set aside: ``created`` (its wrapper stamps
+    its own clock's second), and on Anthropic's route the one ``chatcmpl-`` id its SSE reader draws per
+    stream."""
     for chunk in chunks:
         assert isinstance(chunk.get("created"), int)
-    return [{**chunk, "created": "*"} for chunk in chunks]
+    made_up = {"created": "*"}
+    if route == "anthropic" and chunks:
+        assert len({chunk["id"] for chunk in chunks}) == 1 and chunks[0]["id"].startswith("chatcmpl-")
+        made_up["id"] = "*"
+    return [{**chunk, **made_up} for chunk in chunks]
 
 
 def _assert_same(results: list[tuple[Any, Any]]) -> None:
     (slow_sent, slow_outcome), (fast_sent, fast_outcome) = results
-    assert json.dumps(fast_sent) == json.dumps(slow_sent)  # key order too: the cassettes pin the bytes
+    assert json.dumps(fast_sent) == json.dumps(slow_sent)  # key order and bytes too: the cassettes pin them
     assert fast_outcome == slow_outcome
 
 
@@ -109,26 +117,181 @@ CASES = {
     "length": ({"chunks": [*TEXT, _chunk({}, "length")]}, {"max_completion_tokens": 3, "user": "u1"}),
     "no-usage-option": ({"chunks": TEXT_END}, {"stream_options": {"include_usage": False}}),
 }
+# Azure's first chunk carries its prompt filter's verdict and no choice; each answer chunk its own verdict.
+FILTERED = {
+    "id": "",
+    "object": "",
+    "created": 0,
+    "model": "",
+    "choices": [],
+    "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": {"hate": {"filtered": False}}}],
+}
+AZURE_CASES = {
+    "content-filter": ({"chunks": [FILTERED, *TEXT_END, USAGE]}, {"stream_options": {"include_usage": True}}),
+    "older-api-version": ({"chunks": TEXT_END}, {"api_version": "2023-05-15", "temperature": 0.2, "max_tokens": 9}),
+}
+STREAM_CASES = [
+    *((route, name, *case) for route in ("openai", "azure") for name, case in CASES.items()),
+    *(("azure", name, *case) for name, case in AZURE_CASES.items()),
+]
 
 
-@pytest.mark.parametrize(("reply", "llm_input"), CASES.values(), ids=CASES)
-async def test_same_request_and_chunks(provider: Any, reply: dict[str, Any], llm_input: dict[str, Any]) -> None:
-    results = await _both(provider, reply, **llm_input)
+@pytest.mark.parametrize(
+    ("route", "reply", "llm_input"),
+    [(route, reply, llm_input) for route, _, reply, llm_input in STREAM_CASES],
+    ids=[f"{route}-{name}" for route, name, *_ in STREAM_CASES],
+)
+async def test_same_request_and_chunks(
+    provider: Any, route: str, reply: dict[str, Any], llm_input: dict[str, Any]
+) -> None:
+    results = await _both(provider, reply, route, **llm_input)
     _assert_same(results)
-    (sent, _), (chunks, ending) = results[1]
+    ((sent, *_), (chunks, ending)) = results[1]
     assert sent[0]["stream"] is True and ending == "complete" and chunks
     if llm_input.get("stream_options", {}).get("include_usage"):
         assert chunks[-1]["usage"]["total_tokens"] == 15  # the usage chunk reaches the client
 
 
-@pytest.mark.parametrize("status", [400, 401, 403, 404, 413, 422, 429, 500, 503])
-async def test_same_error_for_every_status(provider: Any, status: int) -> None:
-    body = {"error": {"message": f"refused with {status}", "type": "invalid_request_error", "code": "x"}}
-    _assert_same(await _both(provider, {"status": status, "body": body, "chunks": None}))
+def _event(kind: str, **fields: Any) -> dict[str, Any]:
+    return {"type": kind, **fields}
 
 
-async def test_an_overflow_is_still_a_context_overflow(provider: Any) -> None:
-    body = {
+def _block_delta(index: int, **delta: Any) -> dict[str, Any]:
+    return _event("content_block_delta", index=index, delta=delta)
+
+
+MESSAGE_START = _event(
+    "message_start",
+    message={
+        "id": "msg_01",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-3-5-sonnet-20240620",
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 12, "output_tokens": 1, "cache_read_input_tokens": 2},
+    },
+)
+ANTHROPIC_TEXT = [
+    MESSAGE_START,
+    _event("content_block_start", index=0, content_block={"type": "text", "text": ""}),
+    _event("ping"),
+    _block_delta(0, type="text_delta", text="Measur"),
+    _block_delta(0, type="text_delta", text="ing. \u00e9"),
+    _event("content_block_stop", index=0),
+]
+
+
+def _message_end(reason: str, output_tokens: int = 3) -> list[dict[str, Any]]:
+    return [
+        _event(
+            "message_delta",
+            delta={"stop_reason": reason, "stop_sequence": None},
+            usage={"output_tokens": output_tokens},
+        ),
+        _event("message_stop"),
+    ]
+
+
+ANTHROPIC_TOOL_USE = [
+    *ANTHROPIC_TEXT,
+    _event(
+        "content_block_start", index=1, content_block={"type": "tool_use", "id": "c2", "name": "measure", "input": {}}
+    ),
+    _block_delta(1, type="input_json_delta", partial_json=""),
+    _block_delta(1, type="input_json_delta", partial_json='{"sam'),
+    _block_delta(1, type="input_json_delta", partial_json='ple": "B"}'),
+    _event("content_block_stop", index=1),
+    *_message_end("tool_use"),
+]
+OVERLOADED = _event("error", error={"type": "overloaded_error", "message": "Overloaded"})
+ANTHROPIC_CASES = {
+    "text": ({"events": [*ANTHROPIC_TEXT, *_message_end("end_turn")]}, {}),
+    "text-usage": (
+        {"events": [*ANTHROPIC_TEXT, *_message_end("end_turn")]},
+        {"stream_options": {"include_usage": True}},
+    ),
+    "tool-use": ({"events": ANTHROPIC_TOOL_USE}, {"tools": TOOLS, "tool_choice": "auto", "max_tokens": 50}),
+    "tool-use-usage": (
+        {"events": ANTHROPIC_TOOL_USE},
+        {
+            "tools": TOOLS,
+            "tool_choice": {"type": "function", "function": {"name": "measure"}},
+            "stream_options": {"include_usage": True},
+        },
+    ),
+    "sampling": (
+        {"events": [*ANTHROPIC_TEXT, *_message_end("stop_sequence")]},
+        {"temperature": 0.2, "top_p": 0.5, "stop": ["END", "STOP"], "user": "u1"},
+    ),
+    "length": ({"events": [*ANTHROPIC_TEXT, *_message_end("max_tokens")]}, {"max_completion_tokens": 3}),
+}
+
+
+@pytest.mark.parametrize(("reply", "llm_input"), ANTHROPIC_CASES.values(), ids=ANTHROPIC_CASES)
+async def test_same_request_and_chunks_on_anthropic(
+    provider: Any, reply: dict[str, Any], llm_input: dict[str, Any]
+) -> None:
+    results = await _both(provider, reply, "anthropic", **llm_input)
+    _assert_same(results)
+    ((sent, requests, bodies), (chunks, ending)) = results[1]
+    assert sent[0]["stream"] is True and ending == "complete" and chunks
+    assert requests[0][0].endswith("/v1/messages") and requests[0][1]["x-api-key"] == "sk-test-key"
+    assert "\\u00e9" in bodies[0]  # the standard library's json.dumps (ASCII), as litellm's handler sends it
+    if llm_input.get("stream_options", {}).get("include_usage"):
+        assert chunks[-1]["usage"]["prompt_tokens"] == 14  # the usage chunk reaches the client (cache reads too)
+
+
+async def test_a_renamed_tool_comes_back_under_its_own_name_on_anthropic(provider: Any) -> None:
+    """Anthropic refuses ``/`` in a tool name: litellm sends ``lab_measure`` and its stream reader names the
+    call back ``lab/measure`` from the map the request transformation made."""
+    tools = [{**TOOLS[0], "function": {**TOOLS[0]["function"], "name": "lab/measure"}}]
+    start = _event(
+        "content_block_start",
+        index=0,
+        content_block={"type": "tool_use", "id": "c2", "name": "lab_measure", "input": {}},
+    )
+    events = [
+        MESSAGE_START,
+        start,
+        _block_delta(0, type="input_json_delta", partial_json="{}"),
+        *_message_end("tool_use"),
+    ]
+    results = await _both(provider, {"events": events}, "anthropic", tools=tools)
+    _assert_same(results)
+    ((sent, *_), (chunks, _)) = results[1]
+    assert sent[0]["tools"][0]["name"] == "lab_measure"
+    names = [
+        call["function"]["name"] for chunk in chunks for call in chunk["choices"][0]["delta"].get("tool_calls") or []
+    ]
+    assert "lab/measure" in names
+
+
+ROUTE_ERRORS = {
+    "openai": lambda status: {
+        "error": {"message": f"refused with {status}", "type": "invalid_request_error", "code": "x"}
+    },
+    "azure": lambda status: {
+        "error": {"message": f"refused with {status}", "type": "invalid_request_error", "code": "x"}
+    },
+    "anthropic": lambda status: {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": f"refused with {status}"},
+    },
+}
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 413, 422, 429, 500, 503, 529])
+async def test_same_error_for_every_status(provider: Any, status: int, route: str) -> None:
+    reply = {"status": status, "body": ROUTE_ERRORS[route](status), "chunks": None, "headers": {"retry-after": "11"}}
+    _assert_same(await _both(provider, reply, route))
+
+
+@pytest.mark.parametrize("route", ROUTES)
+async def test_an_overflow_is_still_a_context_overflow(provider: Any, route: str) -> None:
+    body: dict[str, Any] = {
         "error": {
             "message": "This model's maximum context length is 8192 tokens. However, your messages resulted in "
             "9000 tokens. Please reduce the length of the messages.",
@@ -136,55 +299,117 @@ async def test_an_overflow_is_still_a_context_overflow(provider: Any) -> None:
             "code": "context_length_exceeded",
         }
     }
-    results = await _both(provider, {"status": 400, "body": body, "chunks": None})
+    if route == "anthropic":
+        body = {
+            "type": "error",
+            "error": {"type": "invalid_request_error", "message": "prompt is too long: 8200 tokens > 8192 maximum"},
+        }
+    results = await _both(provider, {"status": 400, "body": body, "chunks": None}, route)
     _assert_same(results)
     assert results[1][1][1][0] == "ContextOverflow"
 
 
-@pytest.mark.parametrize(
-    "chunks",
-    [
-        [{"error": {"message": "The server had an error while processing your request.", "type": "server_error"}}],
-        [*TEXT, {"error": {"message": "overloaded mid-stream", "type": "server_error", "code": "overloaded"}}],
-        [],  # nothing but [DONE]
-        [_chunk({})],  # an empty delta only
-        TEXT,  # no finish_reason: the stream broke off
+@pytest.mark.parametrize("route", ["openai", "azure"])
+async def test_an_output_limit_400_is_the_stream_litellm_makes_of_it(provider: Any, route: str) -> None:
+    """OpenAI and Azure refuse with a 400 an output budget too small for one token; litellm answers with a
+    one-chunk stream ending for ``length`` (its id is litellm's own, drawn per call)."""
+    words = "Could not finish the message because max_tokens or model output limit was reached."
+    body = {"error": {"message": words, "type": "invalid_request_error", "code": None}}
+    results = await _both(provider, {"status": 400, "body": body, "chunks": None}, route, max_completion_tokens=1)
+    for _, (chunks, _) in results:
+        assert chunks and all(chunk["id"].startswith("chatcmpl-") for chunk in chunks)
+        chunks[:] = [{**chunk, "id": "*"} for chunk in chunks]
+    _assert_same(results)
+    chunks, ending = results[1][1]
+    assert ending == "complete" and chunks[-1]["choices"][0]["finish_reason"] == "length"
+
+
+NOT_ANSWERS = {
+    "error-first": [
+        {"error": {"message": "The server had an error while processing your request.", "type": "server_error"}}
     ],
-    ids=["error-first", "error-mid-stream", "empty", "empty-delta", "no-finish"],
+    "error-mid-stream": [
+        *TEXT,
+        {"error": {"message": "overloaded mid-stream", "type": "server_error", "code": "overloaded"}},
+    ],
+    "empty": [],  # nothing but [DONE]
+    "empty-delta": [_chunk({})],  # an empty delta only
+    "no-finish": TEXT,  # no finish_reason: the stream broke off
+}
+ANTHROPIC_NOT_ANSWERS = {
+    "error-first": [OVERLOADED],
+    "error-after-start": [MESSAGE_START, OVERLOADED],
+    "error-mid-stream": [*ANTHROPIC_TEXT, OVERLOADED],
+    "api-error-mid-stream": [
+        *ANTHROPIC_TEXT,
+        _event("error", error={"type": "api_error", "message": "Internal server error"}),
+    ],
+    "empty": [],
+    "start-only": [MESSAGE_START],
+    "no-stop": ANTHROPIC_TEXT,  # no message_delta: the stream broke off
+}
+NOT_ANSWER_CASES = [
+    *((route, name, {"chunks": chunks}) for route in ("openai", "azure") for name, chunks in NOT_ANSWERS.items()),
+    *(("anthropic", name, {"events": events}) for name, events in ANTHROPIC_NOT_ANSWERS.items()),
+]
+
+
+@pytest.mark.parametrize(
+    ("route", "reply"),
+    [(route, reply) for route, _, reply in NOT_ANSWER_CASES],
+    ids=[f"{route}-{name}" for route, name, _ in NOT_ANSWER_CASES],
 )
-async def test_same_outcome_for_streams_that_are_not_answers(provider: Any, chunks: list[Any]) -> None:
-    results = await _both(provider, {"chunks": chunks})
+async def test_same_outcome_for_streams_that_are_not_answers(provider: Any, route: str, reply: dict[str, Any]) -> None:
+    results = await _both(provider, reply, route)
     _assert_same(results)
     assert results[1][1][1] != "complete"
 
 
-async def test_same_outcome_for_a_stream_that_is_not_sse(provider: Any) -> None:
-    _assert_same(await _both(provider, {"body": "<html>bad gateway</html>", "content_type": "text/html"}))
+async def test_an_overloaded_event_is_the_same_error_on_anthropic(provider: Any) -> None:
+    results = await _both(provider, {"events": [*ANTHROPIC_TEXT, OVERLOADED]}, "anthropic")
+    _assert_same(results)
+    chunks, ending = results[1][1]
+    assert chunks and ending[0] != "complete" and "Overloaded" in ending[4]
 
 
-async def test_same_outcome_when_the_provider_is_late(provider: Any) -> None:
-    _assert_same(await _both(provider, {"chunks": TEXT_END, "delay": 1.5}, timeout=0.5))
+@pytest.mark.parametrize("route", ROUTES)
+async def test_same_outcome_for_a_stream_that_is_not_sse(provider: Any, route: str) -> None:
+    _assert_same(await _both(provider, {"body": "<html>bad gateway</html>", "content_type": "text/html"}, route))
 
 
-async def test_same_outcome_when_nobody_listens() -> None:
+@pytest.mark.parametrize("route", ROUTES)
+async def test_same_outcome_when_the_provider_is_late(provider: Any, route: str) -> None:
+    reply = {"chunks": TEXT_END, "events": [*ANTHROPIC_TEXT, *_message_end("end_turn")], "delay": 1.5}
+    results = await _both(provider, reply if route == "anthropic" else {**reply, "events": None}, route, timeout=0.5)
+    _assert_same(results)
+    assert results[1][1][1][1:4] == (504, "timeout_error", "timeout")
+
+
+@pytest.mark.parametrize("route", ROUTES)
+async def test_same_outcome_when_nobody_listens(route: str) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed again: nothing listens there
     outcomes = []
     for fast in (False, True):
         backend = LiteLLMBackend(timeout_seconds=5, fast_path=fast)
-        arguments = {**ROUTE, "api_base": f"http://127.0.0.1:{port}/v1", "api_key": "k", "messages": HISTORY}
+        arguments = {**ROUTES[route], "api_base": f"http://127.0.0.1:{port}/v1", "api_key": "k", "messages": HISTORY}
         try:
             await backend.stream(arguments)
         except ProxyError as error:
             outcomes.append(_outcome(error))
         finally:
             await backend.aclose()
-    assert len(outcomes) == 2 and outcomes[0] == outcomes[1]
+    assert len(outcomes) == 2
+    if route == "anthropic":  # litellm's aiohttp transport words it with its SSL context's address
+        assert outcomes[0][4].startswith("Could not reach the provider: Cannot connect to host 127.0.0.1")
+        outcomes = [(*outcome[:4], *outcome[5:]) for outcome in outcomes]
+    assert outcomes[0] == outcomes[1]
 
 
 def test_which_streams_take_the_fast_path() -> None:
-    """``openai/`` streams do, with or without ``stream_options``; Azure's and Anthropic's do not."""
+    """Every route's streams do (``openai/``, ``azure/``, ``anthropic/``), with or without ``stream_options``,
+    on the same conditions as their whole answers."""
     backend = LiteLLMBackend(timeout_seconds=5)
     assert backend._fast is not None
     messages = [{"role": "user", "content": "hi"}]
@@ -192,14 +417,18 @@ def test_which_streams_take_the_fast_path() -> None:
     azure_call = {**openai_call, "model": "azure/test-deployment", "api_version": "2024-10-21"}
     anthropic_call = {**openai_call, "model": "anthropic/claude-3-5-sonnet-20240620"}
     accepts = backend._fast.accepts
-    assert accepts(backend.provider_arguments({**openai_call, "stream": True}))
-    assert accepts(backend.provider_arguments({**openai_call, "stream": True, "stream_options": {"include_usage": 1}}))
-    assert not accepts(backend.provider_arguments({**openai_call, "stream": True, "stream_options": "usage"}))
-    assert not accepts(backend.provider_arguments({**openai_call, "stream_options": {"include_usage": True}}))
-    assert not accepts(backend.provider_arguments({**openai_call, "stream": "yes"}))
-    assert not accepts(backend.provider_arguments({**azure_call, "stream": True}))
-    assert not accepts(backend.provider_arguments({**anthropic_call, "stream": True}))
-    assert accepts(backend.provider_arguments(azure_call)) and accepts(backend.provider_arguments(anthropic_call))
+    for call in (openai_call, azure_call, anthropic_call):
+        assert accepts(backend.provider_arguments(call))
+        assert accepts(backend.provider_arguments({**call, "stream": True}))
+        assert accepts(backend.provider_arguments({**call, "stream": True, "stream_options": {"include_usage": 1}}))
+        assert not accepts(backend.provider_arguments({**call, "stream": True, "stream_options": "usage"}))
+        assert not accepts(backend.provider_arguments({**call, "stream_options": {"include_usage": True}}))
+        assert not accepts(backend.provider_arguments({**call, "stream": "yes"}))
+    # what keeps a route's whole answers on acompletion keeps its streams there too
+    assert not accepts(backend.provider_arguments({**azure_call, "stream": True, "api_version": "v1"}))
+    assert not accepts(backend.provider_arguments({**azure_call, "stream": True, "model": "azure/o3-mini"}))
+    assert not accepts(backend.provider_arguments({**anthropic_call, "stream": True, "n": 2}))
+    assert not accepts(backend.provider_arguments({**azure_call, "stream": True, "model": "azure/gpt-5"}))
 
 
 # What litellm's stream wrapper and its chunk builder read or call on the logging object, as of the
@@ -228,11 +457,77 @@ WRAPPER_MODULES = (
 )
 
 
+# What the handlers the fast path stands in for do with a stream, in their own words (source text: a
+# litellm upgrade that changes one of them changes what the fast path must do). By handler: the lines
+# it must still have, and words it must still not have.
+HANDLER_PINS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # OpenAI: its stream options added to the body, the output-limit 400 made a one-chunk stream
+    "litellm.llms.openai.openai:OpenAIChatCompletion.async_streaming": (
+        ('data["stream"] = True', "self.get_stream_options(stream_options=stream_options, api_base=api_base)"),
+        (),
+    ),
+    "litellm.llms.openai.openai:OpenAIChatCompletion.make_openai_chat_completion_request": (
+        ("build_output_token_limit_response(",),
+        (),
+    ),
+    # Azure: the config's request as it is (no stream options added), every failure an AzureOpenAIError
+    # with the time-out's words, the output-limit 400 made a one-chunk stream
+    "litellm.llms.azure.azure:AzureChatCompletion.async_streaming": (
+        (
+            'stream_options=data.get("stream_options", None)',
+            "_response_headers=headers",
+            'message: Final = getattr(e, "message", str(e))',
+            "response=upstream_error_response(e)",
+        ),
+        ("get_stream_options",),
+    ),
+    "litellm.llms.azure.azure:AzureChatCompletion.make_azure_openai_chat_completion_request": (
+        (
+            'e.message += f" - timeout value={timeout}, time taken={time_delta} seconds"',
+            "build_output_token_limit_response(",
+        ),
+        (),
+    ),
+    # Anthropic: ``stream`` added last, the body the standard library's JSON, the SSE read by its iterator,
+    # the wrapper handed the processed headers and no stream options
+    "litellm.llms.anthropic.chat.handler:AnthropicChatCompletion.acompletion_stream_function": (
+        ('data["stream"] = True', "data=json.dumps(data)", "_response_headers=process_anthropic_headers(headers)"),
+        ("stream_options",),
+    ),
+    "litellm.llms.anthropic.chat.handler:make_call": (
+        (
+            "stream=True",
+            "message=await e.response.aread()",
+            "for exception in litellm.LITELLM_EXCEPTION_TYPES:",
+            "raise AnthropicError(status_code=500, message=str(e))",
+            "streaming_response=aiter_sse_lines(response.aiter_text())",
+        ),
+        (),
+    ),
+}
+
+
+def _source(name: str) -> str:
+    module, qualified = name.split(":")
+    found: Any = importlib.import_module(module)
+    for part in qualified.split("."):
+        found = getattr(found, part)
+    return inspect.getsource(found)
+
+
 def test_litellm_still_streams_the_way_the_fast_path_relies_on() -> None:
     """Fails when a litellm upgrade changes the wrapper's constructor, the OpenAI handler's stream options,
-    or what the wrapper reads of its logging object (then extend ``StreamLog``, or leave streams to
-    acompletion)."""
+    Anthropic's SSE reader, what the wrapper reads of its logging object, or what a handler does with a
+    stream (``HANDLER_PINS``); then adapt ``fast/`` (extend ``StreamLog``), or leave streams to acompletion."""
     parts = load()
+    for name, (kept, absent) in HANDLER_PINS.items():
+        source = _source(name)
+        assert all(line in source for line in kept), name
+        assert not any(word in source for word in absent), name
+    reader = set(inspect.signature(parts["ModelResponseIterator"].__init__).parameters)
+    assert {"streaming_response", "sync_stream", "json_mode", "speed", "tool_name_reverse_map"} <= reader
+    assert {"response_format_schema", "response"} <= reader
+    assert set(inspect.signature(parts["aiter_sse_lines"]).parameters) == {"text_chunks"}
     wrapper = set(inspect.signature(parts["CustomStreamWrapper"].__init__).parameters)
     assert {"completion_stream", "model", "logging_obj", "custom_llm_provider", "stream_options"} <= wrapper
     assert "_response_headers" in wrapper

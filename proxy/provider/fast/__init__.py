@@ -10,7 +10,7 @@ failures raised as that handler raises them and mapped by litellm's ``exception_
 is named in ``surface.LITELLM_SURFACE`` (a unit test imports each one, so an upgrade that moves one fails
 loudly) and is used only here.
 
-The rule (each adapter's ``accepted``): a call (streamed only where the adapter ``streams``) with an
+The rule (each adapter's ``accepted``): a call (streamed or not: every adapter ``streams``) with an
 ``api_base`` and an ``api_key``, only the route's keys and parameters, plain text or tool messages and
 plain function tools, a model litellm does not bridge to the Responses API, no litellm ``proxy_auth``;
 and per provider:
@@ -26,9 +26,12 @@ and per provider:
   ``stop``, token limits, ``user``, tools), the ``/v1/messages`` suffix not disabled.
 
 Anything else (another provider, an image part, a route option such as ``extra_headers``) goes through
-``acompletion``. Streams take the fast path on the ``openai/`` route (``streaming.py``: the SDK's SSE
-reading and litellm's own ``CustomStreamWrapper`` over the pooled connection, ``stream_options`` as the
-client sent it); Azure's and Anthropic's streams stay on ``acompletion``.
+``acompletion``. Streams take the fast path on every route, as each route's litellm handler streams
+(``stream`` of each adapter; ``streaming.py``: litellm's own ``CustomStreamWrapper`` over the pooled
+connection). ``openai/`` and ``azure/`` read the SSE with the openai SDK's ``AsyncStream``; ``openai/``
+adds the stream options ``get_stream_options`` adds, and ``azure/`` sends the mapped ``stream_options``
+as they are. ``anthropic/`` reads it with litellm's ``ModelResponseIterator``, and its body is the
+handler's ``json.dumps``.
 """
 
 from __future__ import annotations

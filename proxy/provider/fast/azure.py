@@ -1,14 +1,18 @@
 """The ``azure/<deployment>`` route: the OpenAI route's body, built by litellm's ``AzureOpenAIConfig``,
 sent where ``AsyncAzureOpenAI`` sends it, failures wrapped as litellm's Azure handler wraps them
-(llms/azure/azure.py, ``AzureChatCompletion.acompletion``)."""
+(llms/azure/azure.py, ``AzureChatCompletion.acompletion``; a stream's as its ``async_streaming`` does)."""
 
 from __future__ import annotations
 
 import os
 import re
+import time
 from typing import Any
 
-from proxy.provider.fast.base import ROUTE_KEYS, Prepared
+import httpx
+import openai
+
+from proxy.provider.fast.base import ROUTE_KEYS, Prepared, chained
 from proxy.provider.fast.openai import OpenAIAdapter
 
 # A deployment name or API version that goes into the URL as it is (the SDK would quote anything else).
@@ -36,13 +40,19 @@ SDK_BODY_ORDER = (
 )  # fmt: skip
 
 
+def _sdk_ordered(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` in the order the SDK writes it; what is left came in ``extra_body``."""
+    ordered = {key: body.pop(key) for key in SDK_BODY_ORDER if key in body}
+    return {**ordered, **body}
+
+
 class AzureAdapter(OpenAIAdapter):
     """An Azure OpenAI deployment with an API key and a dated API version."""
 
     provider = "azure"
     route_keys = ROUTE_KEYS | {"api_version"}
     converts_json_mode = True
-    streams = False  # litellm's Azure handler streams its own way; its streams stay on acompletion
+    streams = True
 
     def _accepts(self, llm_input: dict[str, Any]) -> bool:
         p, litellm = self._parts, self._litellm
@@ -67,8 +77,41 @@ class AzureAdapter(OpenAIAdapter):
 
     def _body(self, prepared: Prepared) -> tuple[dict[str, Any], bool]:
         body, json_mode = super()._body(prepared)
-        ordered = {key: body.pop(key) for key in SDK_BODY_ORDER if key in body}
-        return {**ordered, **body}, json_mode  # what is left came in extra_body
+        return _sdk_ordered(body), json_mode
+
+    def _stream_body(self, prepared: Prepared, stream_options: Any) -> dict[str, Any]:
+        """The Azure handler streams the config's request as it is: ``stream`` and the ``stream_options`` the
+        parameter mapping kept go through the SDK's ``create`` like every other parameter (no
+        ``get_stream_options``: nothing is added that the caller did not ask for)."""
+        mapped = prepared.optional.get("stream_options")  # ``_body`` takes the handler's options out
+        body, _ = super()._body(prepared)
+        body["stream"] = True
+        if mapped is not None:
+            body["stream_options"] = mapped
+        return _sdk_ordered(body)
+
+    def _stream_timeout(self, exc: httpx.TimeoutException, timeout: float, started: float) -> Exception:
+        """The SDK's time-out error with the words litellm's Azure handler adds, which its stream's error
+        keeps (``async_streaming`` wraps the ``message``)."""
+        error = openai.APITimeoutError(request=exc.request)  # type: ignore[arg-type]  # the SDK's httpx fork
+        error.message += f" - timeout value={timeout}, time taken={round(time.time() - started, 2)} seconds"
+        return error
+
+    def _stream_wrapped(self, exc: Exception) -> Exception:
+        """What ``AzureChatCompletion.async_streaming`` raises for a stream it could not open: every failure
+        (the SDK's status errors too) as an ``AzureOpenAIError`` with its status, words, headers and body."""
+        headers = getattr(exc, "headers", None)
+        response = getattr(exc, "response", None)
+        if headers is None and response:
+            headers = getattr(response, "headers", None)
+        error: Exception = self._parts["AzureOpenAIError"](
+            status_code=getattr(exc, "status_code", 500),
+            message=getattr(exc, "message", str(exc)),
+            response=self._parts["upstream_error_response"](exc),
+            headers=headers,
+            body=getattr(exc, "body", None),
+        )
+        return chained(error, exc)
 
     def _provider_params(self, llm_input: dict[str, Any]) -> dict[str, Any]:
         return {"api_version": llm_input["api_version"]}  # what Azure's parameter mapping depends on

@@ -70,43 +70,63 @@ class OpenAIAdapter(Adapter):
         """The streamed call as litellm's OpenAI handler makes it (``async_streaming``): the config's request
         with ``stream`` and the handler's ``stream_options`` added, the SSE read by the openai SDK's own
         ``AsyncStream`` into its chunk objects, those turned into litellm's by litellm's ``CustomStreamWrapper``
-        (``fast/streaming.py``)."""
+        (``fast/streaming.py``). A 400 that says the output budget could not fit one token becomes the
+        one-chunk stream litellm makes of it (``build_output_token_limit_response``), as for a whole answer."""
         try:
             prepared = self.prepare(llm_input, scan, **self._provider_params(llm_input))
-            data, _ = self._body(prepared)
-            data["stream"] = True
-            data.update(self._stream_options(llm_input.get("stream_options"), prepared.api_base))
+            data = self._stream_body(prepared, llm_input.get("stream_options"))
             url, headers = self._endpoint(prepared, llm_input)
         except Exception as exc:  # completion() maps a request it cannot build too
             raise self.mapped(llm_input["model"].split("/", 1)[1], exc) from exc
+        wrapping: dict[str, Any] = {
+            "model": prepared.model,
+            "provider": self.provider,
+            "messages": prepared.messages,
+            "litellm_params": prepared.litellm_params,
+            "stream_options": data.get("stream_options"),
+            "requested_options": llm_input.get("stream_options"),
+        }
+        started = time.time()
         try:
             try:
                 response = await open_stream(client, url, data, headers, timeout)
-            except httpx.TimeoutException as exc:  # the SDK's words: litellm adds none to a stream's
-                raise openai.APITimeoutError(request=_sdk(exc.request)) from exc
+            except httpx.TimeoutException as exc:
+                raise self._stream_timeout(exc, timeout, started) from exc
             except httpx.TransportError as exc:
                 raise openai.APIConnectionError(request=_sdk(exc.request)) from exc
             if response.status_code >= 400:
                 await response.aread()
                 await response.aclose()
-                raise _sdk_status_error(response)
+                error = _sdk_status_error(response)
+                if isinstance(error, openai.BadRequestError) and self._parts["is_output_token_limit_error"](error):
+                    limit_headers, synthesized = self._parts["build_output_token_limit_response"](
+                        e=error, data=data, is_async=True, base_model=None
+                    )
+                    return self._chunks.wrap(synthesized, limit_headers, **wrapping)
+                raise error
         except Exception as exc:
-            raise self.mapped(prepared.model, self._wrapped(exc)) from exc
-        return self._chunks.wrapper(
-            response,
-            model=prepared.model,
-            provider=self.provider,
-            messages=prepared.messages,
-            litellm_params=prepared.litellm_params,
-            stream_options=data.get("stream_options"),
-        )
+            raise self.mapped(prepared.model, self._stream_wrapped(exc)) from exc
+        return self._chunks.wrapper(response, **wrapping)
 
-    def _stream_options(self, stream_options: Any, api_base: str) -> dict[str, Any]:
-        """What litellm's OpenAI handler adds to a streamed body (``get_stream_options``)."""
+    def _stream_body(self, prepared: Prepared, stream_options: Any) -> dict[str, Any]:
+        """The body of a streamed call: the config's request, ``stream`` and the handler's ``stream_options``
+        added (``async_streaming``: ``get_stream_options``)."""
+        data, _ = self._body(prepared)
+        data["stream"] = True
         added: dict[str, Any] = self._parts["OpenAIChatCompletion"].get_stream_options(
-            self._handler, stream_options=stream_options, api_base=api_base
+            self._handler, stream_options=stream_options, api_base=prepared.api_base
         )
-        return added
+        data.update(added)
+        return data
+
+    def _stream_timeout(self, exc: httpx.TimeoutException, timeout: float, started: float) -> Exception:
+        """The SDK's time-out error. The words litellm's OpenAI handler adds to its ``message`` never reach a
+        stream's caller: ``async_streaming`` wraps ``str(error)``."""
+        return openai.APITimeoutError(request=_sdk(exc.request))
+
+    def _stream_wrapped(self, exc: Exception) -> Exception:
+        """``exc`` as the handler's ``async_streaming`` wraps a failure to open the stream."""
+        return self._wrapped(exc)
 
     async def complete(
         self, client: httpx.AsyncClient, llm_input: dict[str, Any], timeout: float, scan: MessageScan

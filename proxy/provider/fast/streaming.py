@@ -1,9 +1,14 @@
-"""A streamed answer on the fast path: the provider's SSE read by the openai SDK's own ``AsyncStream`` (its
-chunk objects, its error events), and those chunks turned into litellm's by litellm's own
-``CustomStreamWrapper``, as ``acompletion`` does for the OpenAI handler (llms/openai/openai.py
-``async_streaming``). What the fast path leaves out is litellm's call bookkeeping: the wrapper is handed
-``StreamLog`` instead of litellm's logging object, so no success or failure callback, cost calculation or
-cache write runs (the proxy configures none of them; the chunks the caller sees do not depend on them).
+"""A streamed answer on the fast path: the provider's chunks, read as the route's litellm handler reads them,
+turned into litellm's by litellm's own ``CustomStreamWrapper``, as ``acompletion`` does.
+
+- ``openai/``, ``azure/``: the openai SDK's own ``AsyncStream`` (its chunk objects, its error events;
+  ``StreamChunks.wrapper``), as llms/openai/openai.py and llms/azure/azure.py ``async_streaming`` do.
+- ``anthropic/``: litellm's ``ModelResponseIterator`` (llms/anthropic/chat/handler.py ``make_call``), handed
+  to ``StreamChunks.wrap`` by the route.
+
+What the fast path leaves out is litellm's call bookkeeping: the wrapper is handed ``StreamLog`` instead of
+litellm's logging object, so no success or failure callback, cost calculation or cache write runs (the
+proxy configures none of them; the chunks the caller sees do not depend on them).
 """
 
 from __future__ import annotations
@@ -48,20 +53,48 @@ class StreamChunks:
         messages: list[Any],
         litellm_params: dict[str, Any],
         stream_options: dict[str, Any] | None,
+        requested_options: dict[str, Any] | None,
     ) -> Any:
-        """litellm's ``CustomStreamWrapper`` over the SDK's ``AsyncStream`` of ``response``."""
+        """litellm's ``CustomStreamWrapper`` over the SDK's ``AsyncStream`` of ``response`` (an OpenAI-shaped SSE)."""
         if self._sdk is None:
             # The SDK's stream reads its client for two things only: its SSE decoder and the chunk construction.
             self._sdk = openai.AsyncOpenAI(api_key="unused", base_url="http://127.0.0.1:9/unused")
         sdk_stream = openai.AsyncStream(cast_to=ChatCompletionChunk, response=response, client=self._sdk)  # type: ignore[arg-type]
-        log = StreamLog(model, provider, messages, litellm_params, stream_options)
+        return self.wrap(
+            _closing(sdk_stream, response),
+            dict(response.headers),
+            model=model,
+            provider=provider,
+            messages=messages,
+            litellm_params=litellm_params,
+            stream_options=stream_options,
+            requested_options=requested_options,
+        )
+
+    def wrap(
+        self,
+        completion_stream: Any,
+        response_headers: Any,
+        *,
+        model: str,
+        provider: str,
+        messages: list[Any],
+        litellm_params: dict[str, Any],
+        stream_options: dict[str, Any] | None,
+        requested_options: dict[str, Any] | None,
+    ) -> Any:
+        """litellm's ``CustomStreamWrapper`` over ``completion_stream`` (the provider's chunks as the handler
+        hands them over), as the handler builds it: ``stream_options`` what the handler passes the wrapper,
+        ``requested_options`` the caller's own (litellm's logging object keeps those, and the wrapper reads
+        them there: whether the caller asked for usage, and the options of a handler that passes none)."""
+        log = StreamLog(model, provider, messages, litellm_params, requested_options)
         return self._wrapper(
-            completion_stream=_closing(sdk_stream, response),
+            completion_stream=completion_stream,
             model=model,
             custom_llm_provider=provider,
             logging_obj=log,
             stream_options=stream_options,
-            _response_headers=dict(response.headers),
+            _response_headers=response_headers,
         )
 
 

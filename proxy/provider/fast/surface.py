@@ -30,19 +30,23 @@ LITELLM_SURFACE: dict[str, tuple[str, ...]] = {
         "OpenAIError",
         "build_output_token_limit_response",
         "is_output_token_limit_error",
+        "upstream_error_response",
     ),
     "litellm.llms.azure.common_utils": ("AzureOpenAIError",),
     "litellm.llms.azure.chat.gpt_transformation": ("AzureOpenAIConfig",),
     "litellm.llms.openai.chat.gpt_transformation": ("OpenAIGPTConfig",),
     "litellm.llms.base_llm.chat.transformation": ("BaseConfig",),
-    "litellm.llms.anthropic.chat.transformation": ("AnthropicConfig",),
-    "litellm.llms.anthropic.common_utils": ("AnthropicError",),
+    "litellm.llms.anthropic.chat.transformation": ("ANTHROPIC_TOOL_NAME_REVERSE_MAP_KEY", "AnthropicConfig"),
+    "litellm.llms.anthropic.common_utils": ("AnthropicError", "process_anthropic_headers"),
     "litellm.llms.custom_httpx.http_handler": ("MaskedHTTPStatusError",),
     "litellm.anthropic_beta_headers_manager": ("update_request_with_filtered_beta",),
     "litellm.anthropic_beta_gated_fields": ("strip_beta_gated_request_body",),
-    # streams (``streaming.py``): the OpenAI handler's stream options, litellm's stream wrapper
+    # streams (``streaming.py``): the OpenAI handler's stream options, litellm's stream wrapper, and
+    # Anthropic's SSE reading (its handler's chunk iterator over litellm's SSE line splitter)
     "litellm.llms.openai.openai": ("OpenAIChatCompletion",),
     "litellm.litellm_core_utils.streaming_handler": ("CustomStreamWrapper",),
+    "litellm.llms.anthropic.chat.handler": ("ModelResponseIterator",),
+    "litellm.llms.custom_httpx.sse_lines": ("aiter_sse_lines",),
 }
 
 
