@@ -123,11 +123,37 @@ def _wait_ready(model: LocalModel, process: subprocess.Popen[bytes], log: object
                 raise LocalModelUnavailable(f"the local model server exited ({process.returncode}): {_tail(log)}")
             try:
                 if client.get(f"{model.base_url}/models").status_code == 200:
+                    _first_token(model, process, log)
                     return
             except httpx.TransportError:
                 pass
             time.sleep(0.2)
     raise LocalModelUnavailable(f"the local model server did not answer within {START_SECONDS:.0f} s: {_tail(log)}")
+
+
+# What to do when the server dies computing (SIGILL): llama.cpp compiled for this CPU's reported features
+# (``-march=native``), some of which the machine does not let it run (AMX tiles in a sandbox that never
+# grants their state). A build for AVX2 and FMA runs everywhere those run.
+PORTABLE_BUILD = 'CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"'
+
+
+def _first_token(model: LocalModel, process: subprocess.Popen[bytes], log: object) -> None:
+    """One token, so that a server that answers its listing but dies computing fails here, by name,
+    rather than as a "connection error" of whichever request reaches it first."""
+    try:
+        with httpx.Client(timeout=60.0) as client:
+            client.post(f"{model.base_url}/completions", json={"model": model.model, "prompt": "Hi", "max_tokens": 1})
+    except httpx.TransportError:
+        pass
+    if process.poll() is None:
+        return
+    cause = f"the local model server exited ({process.returncode}) computing its first token"
+    if process.returncode == -4:  # SIGILL
+        cause += (
+            f": llama.cpp was built with instructions this machine refuses; rebuild it portable: {PORTABLE_BUILD} "
+            "pip install --force-reinstall --no-cache-dir --no-deps 'llama-cpp-python[server]'"
+        )
+    raise LocalModelUnavailable(f"{cause}. {_tail(log)}")
 
 
 def _tail(log: object) -> str:
