@@ -137,21 +137,31 @@ def _wait_ready(model: LocalModel, process: subprocess.Popen[bytes], log: object
 PORTABLE_BUILD = 'CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"'
 
 
+# A prompt of a few dozen tokens: llama.cpp reads one token with other kernels than a batch of them, and a
+# native build died only on the batch (a one-token probe passed, then every real request killed it).
+_PROBE = " ".join(["The sample was measured again at 298 K."] * 4)
+
+
 def _first_token(model: LocalModel, process: subprocess.Popen[bytes], log: object) -> None:
-    """One token, so that a server that answers its listing but dies computing fails here, by name,
-    rather than as a "connection error" of whichever request reaches it first."""
+    """Read a short prompt and write one token, so that a server that answers its listing but dies
+    computing fails here, by name, rather than as a "connection error" of whichever request reaches it first."""
     try:
         with httpx.Client(timeout=60.0) as client:
-            client.post(f"{model.base_url}/completions", json={"model": model.model, "prompt": "Hi", "max_tokens": 1})
+            probe = {"model": model.model, "prompt": _PROBE, "max_tokens": 1}
+            client.post(f"{model.base_url}/completions", json=probe)
+        return  # it answered
     except httpx.TransportError:
         pass
-    if process.poll() is None:
-        return
+    try:
+        process.wait(timeout=10)  # the connection broke: a server that crashed is still exiting
+    except subprocess.TimeoutExpired:
+        return  # alive: a refusal of another kind, which the requests themselves will report
     cause = f"the local model server exited ({process.returncode}) computing its first token"
     if process.returncode == -4:  # SIGILL
         cause += (
             f": llama.cpp was built with instructions this machine refuses; rebuild it portable: {PORTABLE_BUILD} "
-            "pip install --force-reinstall --no-cache-dir --no-deps 'llama-cpp-python[server]'"
+            "pip install --force-reinstall --no-cache-dir --no-deps 'llama-cpp-python[server]' (and "
+            "`pip cache remove llama_cpp_python`, or pip installs the cached build again next time)"
         )
     raise LocalModelUnavailable(f"{cause}. {_tail(log)}")
 
