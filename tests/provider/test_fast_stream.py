@@ -545,9 +545,10 @@ def test_litellm_still_streams_the_way_the_fast_path_relies_on() -> None:
     # the end-of-stream step the fast path runs in its own task (``built_inline``): litellm's, word for word
     # but for the thread it runs the builder on
     step = inspect.getsource(parts["CustomStreamWrapper"]._async_build_complete_streaming_response)
-    inline = inspect.getsource(built_inline(parts["CustomStreamWrapper"])._async_build_complete_streaming_response)
+    inline_wrapper = built_inline(parts["CustomStreamWrapper"], parts["stream_chunk_builder"])
+    inline = inspect.getsource(inline_wrapper._async_build_complete_streaming_response)
     litellms = _body_words(step).replace("asyncify(litellm.stream_chunk_builder)(", "BUILDER(")
-    assert litellms == _body_words(inline).replace("_litellm().stream_chunk_builder(", "BUILDER(")
+    assert litellms == _body_words(inline).replace("build(", "BUILDER(")
 
 
 def _body_words(source: str) -> str:

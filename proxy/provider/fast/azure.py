@@ -52,7 +52,6 @@ class AzureAdapter(OpenAIAdapter):
     provider = "azure"
     route_keys = ROUTE_KEYS | {"api_version"}
     converts_json_mode = True
-    streams = True
 
     def _accepts(self, llm_input: dict[str, Any]) -> bool:
         p, litellm = self._parts, self._litellm

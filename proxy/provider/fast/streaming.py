@@ -42,7 +42,7 @@ class StreamChunks:
     def __init__(self, parts: dict[str, Any]) -> None:
         self._parts = parts
         self._sdk: openai.AsyncOpenAI | None = None  # made on the first stream: a backend may never stream
-        self._wrapper = built_inline(parts["CustomStreamWrapper"])
+        self._wrapper = built_inline(parts["CustomStreamWrapper"], parts["stream_chunk_builder"])
 
     def wrapper(
         self,
@@ -98,20 +98,20 @@ class StreamChunks:
         )
 
 
-def built_inline(wrapper: type) -> type:
+def built_inline(wrapper: type, build: Any) -> type:
     """litellm's ``CustomStreamWrapper`` with its end-of-stream step run in this task.
 
     Once the provider's last chunk is in, the wrapper rebuilds the whole answer (``stream_chunk_builder``:
     the final usage chunk's figures come from it) through ``asyncify``, on a worker thread: a thread hop
     that held every fast-path stream's end back by one to two milliseconds on a busy loop, while the
-    builder, pure Python, holds the GIL on that thread just as it would here. The same builder with the
-    same arguments, so the same chunks; ``test_litellm_still_streams_the_way_the_fast_path_relies_on``
-    fails when litellm's step changes."""
+    builder, pure Python, holds the GIL on that thread just as it would here. The same builder (``build``:
+    litellm's ``stream_chunk_builder``) with the same arguments, so the same chunks;
+    ``test_litellm_still_streams_the_way_the_fast_path_relies_on`` fails when litellm's step changes."""
 
     class InlineBuilt(wrapper):  # type: ignore[misc]
         async def _async_build_complete_streaming_response(self) -> Any:
             try:
-                return _litellm().stream_chunk_builder(
+                return build(
                     chunks=self.chunks,
                     messages=self.messages,
                     logging_obj=self.logging_obj,
@@ -121,12 +121,6 @@ def built_inline(wrapper: type) -> type:
                 return self._builder_failure_response(e)
 
     return InlineBuilt
-
-
-def _litellm() -> Any:
-    import litellm  # imported by the surface already; looked up per stream end as the wrapper looks it up
-
-    return litellm
 
 
 async def _closing(sdk_stream: Any, response: httpx.Response) -> Any:

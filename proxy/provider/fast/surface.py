@@ -45,6 +45,7 @@ LITELLM_SURFACE: dict[str, tuple[str, ...]] = {
     # Anthropic's SSE reading (its handler's chunk iterator over litellm's SSE line splitter)
     "litellm.llms.openai.openai": ("OpenAIChatCompletion",),
     "litellm.litellm_core_utils.streaming_handler": ("CustomStreamWrapper",),
+    "litellm": ("stream_chunk_builder",),  # the wrapper's end-of-stream step, run in the stream's task
     "litellm.llms.anthropic.chat.handler": ("ModelResponseIterator",),
     "litellm.llms.custom_httpx.sse_lines": ("aiter_sse_lines",),
 }
