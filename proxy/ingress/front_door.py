@@ -5,10 +5,22 @@ An ingress translates its wire format; everything else a request meets before an
 here, once, so the three APIs agree on it: the same 404 for an unknown model, the same session rules,
 the same ``x-context-id`` / ``x-context-mode`` headers on an error once the session is known, the same
 drain on shutdown, and the same 503 while the service is still starting.
+
+Which session (context id) and agent scope a request belongs to (``identify``): clients never have to
+change their code, so the id comes from whatever they already send: an explicit session header, a
+vendor's session header or body field, else a fingerprint of how the conversation starts (its first
+system and first user message), which stays the same while the history grows. The fingerprint reads
+those messages' canonical content (``proxy/kernel/canonical.py``), so a client that marks them for
+prompt caching on one turn and not the next (the mark follows the newest message) or wraps their text in
+a content part to mark it stays in one session. Runs that start identically share a fingerprint; they
+are separate branches of that session, each with its own lock, state and trace chain (see
+``proxy/runtime/branch.py``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -16,18 +28,20 @@ from typing import Any
 from starlette.requests import Request
 
 from proxy.edge.request_reader import RequestReader
-from proxy.ingress.identify import identify
 from proxy.ingress.tenants import Tenants
+from proxy.kernel.canonical import canonical_message, stable_json
 from proxy.kernel.config import Mode, ModelRoute, Settings
 from proxy.kernel.errors import InvalidRequest, ModelNotFound, ProxyError
-from proxy.kernel.tenancy import Principal
+from proxy.kernel.tenancy import ADMIN, Principal
 from proxy.process.drain import Drain, ShuttingDown
 from proxy.runtime.answers import TurnResult
 from proxy.runtime.native import NativeRequest
 from proxy.runtime.service import TurnService
-from proxy.runtime.session_identity import SessionIdentity
+from proxy.runtime.session_identity import SCOPES, Scope, SessionIdentity
 
 _MODES = ("dynamic", "shadow", "legacy")
+_SAFE_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
+_VENDOR_SESSION_HEADER = re.compile(r"x-[a-z0-9]+(?:-[a-z0-9]+)*-session-id")
 
 
 class FrontDoor:
@@ -88,7 +102,7 @@ class FrontDoor:
         self.tenants.admit(principal)
 
     def identify(self, headers: Mapping[str, str], body: Mapping[str, Any], principal: Principal) -> SessionIdentity:
-        """The session and scope of a request (``proxy/ingress/identify.py``), within the principal's team."""
+        """The session and scope of a request (``identify``), within the principal's team."""
         return identify(headers, body, principal)
 
     async def run(
@@ -135,3 +149,70 @@ def naming_session(identity: SessionIdentity, mode: str) -> Iterator[None]:
 def context_headers(identity: SessionIdentity, mode: str) -> dict[str, str]:
     """``x-context-id`` and ``x-context-mode``, sent with every answer once the session is known."""
     return {"x-context-id": identity.context_id, "x-context-mode": mode}
+
+
+def identify(headers: Mapping[str, str], body: Mapping[str, Any], principal: Principal = ADMIN) -> SessionIdentity:
+    """Resolve the session of a validated request within the principal's team (a team's key names its
+    sessions ``team.<team>.<id>``, ``proxy/kernel/tenancy.py``); raises ``InvalidRequest`` for a bad scope."""
+    scope = _scope(headers)
+    given, source = _given_session_id(headers, body)
+    if given is not None:
+        return SessionIdentity(context_id=principal.context_id(_folder_safe(given)), source=source, scope=scope)
+    fingerprint = _fingerprint(body.get("messages") or [])
+    return SessionIdentity(context_id=principal.context_id(fingerprint), source="fingerprint", scope=scope)
+
+
+def _scope(headers: Mapping[str, str]) -> Scope:
+    raw = (headers.get("x-agent-scope") or "main").strip().lower()
+    for scope in SCOPES:
+        if raw == scope:
+            return scope
+    raise InvalidRequest(
+        f"x-agent-scope {raw!r} is not one of {', '.join(SCOPES)}.", param="x-agent-scope", code="invalid_scope"
+    )
+
+
+def _given_session_id(headers: Mapping[str, str], body: Mapping[str, Any]) -> tuple[str | None, str]:
+    lowered = {name.lower(): value for name, value in headers.items()}
+    for name in ("x-session-id", "x-litellm-session-id"):
+        if lowered.get(name, "").strip():
+            return lowered[name].strip(), f"header:{name}"
+    for name in sorted(lowered):
+        if _VENDOR_SESSION_HEADER.fullmatch(name) and lowered[name].strip():
+            return lowered[name].strip(), f"header:{name}"
+    # Codex CLI sends its session UUID as `session-id` and `thread-id` (and as `prompt_cache_key`).
+    for name in ("session-id", "thread-id"):
+        if lowered.get(name, "").strip():
+            return lowered[name].strip(), f"header:{name}"
+    metadata = body.get("metadata")
+    if isinstance(metadata, Mapping):
+        for key in ("session_id", "litellm_session_id"):
+            value = metadata.get(key)
+            if isinstance(value, str | int) and str(value).strip():
+                return str(value).strip(), f"body:metadata.{key}"
+    for key in ("litellm_session_id", "prompt_cache_key"):
+        value = body.get(key)
+        if isinstance(value, str | int) and str(value).strip():
+            return str(value).strip(), f"body:{key}"
+    return None, ""
+
+
+def _folder_safe(session_id: str) -> str:
+    """The id itself when it is safe as a folder name, else a stable hash of it."""
+    if _SAFE_ID.fullmatch(session_id) and session_id not in (".", ".."):
+        return session_id
+    return "sid-" + hashlib.sha256(session_id.encode()).hexdigest()[:32]
+
+
+def _fingerprint(messages: list[Any]) -> str:
+    first_system = next(
+        (m for m in messages if isinstance(m, Mapping) and m.get("role") in ("system", "developer")), None
+    )
+    first_user = next((m for m in messages if isinstance(m, Mapping) and m.get("role") == "user"), None)
+    material = stable_json([_content(first_system), _content(first_user)])
+    return "fp-" + hashlib.sha256(material.encode()).hexdigest()[:32]
+
+
+def _content(message: Mapping[str, Any] | None) -> Any:
+    """What the model reads of ``message``: its canonical content, without cache marks."""
+    return None if message is None else canonical_message(message).get("content")

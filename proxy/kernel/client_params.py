@@ -71,7 +71,7 @@ OPENAI_REQUEST_FIELDS = frozenset(
         "web_search_options",
     }
 )
-# Session fields the proxy reads (proxy/ingress/identify.py) and never forwards.
+# Session fields the proxy reads (proxy/ingress/front_door.py: identify) and never forwards.
 SESSION_FIELDS = frozenset({"litellm_session_id"})
 SESSION_METADATA_KEYS = frozenset({"session_id", "litellm_session_id"})
 # Keys of ``metadata`` that are the proxy's channel, not the provider's.

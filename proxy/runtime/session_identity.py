@@ -1,7 +1,7 @@
 """Which session a turn belongs to: the context id, where it came from, and the agent scope.
 
-The ingresses resolve it from what a client sends (``proxy/ingress/identify.py``); the turn service,
-its traces and its observers carry it.
+The ingresses resolve it from what a client sends (``identify`` in ``proxy/ingress/front_door.py``); the
+turn service, its traces and its observers carry it.
 """
 
 from __future__ import annotations

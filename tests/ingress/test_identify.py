@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.ingress.identify import identify
+from proxy.ingress.front_door import identify
 from proxy.kernel.errors import InvalidRequest
 from proxy.kernel.tenancy import Principal, team_of
 
@@ -42,7 +42,7 @@ def test_scope_header():
 
 
 def test_codex_session_headers_and_prompt_cache_key_name_the_session():
-    from proxy.ingress.identify import identify as _identify
+    from proxy.ingress.front_door import identify as _identify
 
     uuid = "01a22f96-f2d2-7962-b8fd-d217d73f8ca2"
     assert _identify({"session-id": uuid, "thread-id": "other"}, {"messages": []}).source == "header:session-id"

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from proxy.ingress.chat.wire import parse_chat_request
-from proxy.ingress.identify import identify
+from proxy.ingress.front_door import identify
 from proxy.ingress.messages.request import to_chat
 from proxy.ingress.messages.wire import parse_messages_request
 from proxy.kernel.config import ModelRoute

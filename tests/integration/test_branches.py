@@ -17,7 +17,7 @@ from typing import Any
 import openai
 import pytest
 
-from proxy.ingress.identify import identify
+from proxy.ingress.front_door import identify
 from proxy.kernel.canonical import chain_hashes
 from proxy.kernel.config import ModelRoute
 from proxy.provider.science_script import is_summary_request
