@@ -8,7 +8,6 @@ inject its exact tokenizer without changing anything else.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 import threading
@@ -19,7 +18,7 @@ import orjson
 
 from proxy.context.cjk_costs import cost_table
 from proxy.context.types import PrefixTokenEstimator, TokenEstimator
-from proxy.kernel.canonical import canonical_message, content_text, message_digest, stable_json
+from proxy.kernel.canonical import canonical_message, content_text, memo_digest, message_digest, stable_json
 
 # Every chat message costs a few framing tokens (role, separators) on top of its content; OpenAI's
 # documented figure is 3-4, plus 3 priming the reply. 4 keeps us on the safe side per message.
@@ -240,7 +239,7 @@ class CachingEstimator:
     (``count_message_at``: the name reconciliation gave them, so the unchanged prefix of a resent
     history costs a lookup per message, not a digest of its content; the hash string itself is the key,
     the very object the chain memo hands every turn), texts (sections, the system prompt) and tool
-    lists by a BLAKE2b digest of their text. Keys and values are small and of fixed size, which is why
+    lists by a digest of their text (``memo_digest``). Keys and values are small and of fixed size, which is why
     the byte bound ``max_bytes`` is kept as an entry count (``max_bytes //
     ENTRY_BYTES``), however large the messages (a process serving hundreds of sessions with 200 KB
     tool outputs must not keep those outputs alive through its cache keys). Only base counts are
@@ -339,7 +338,7 @@ _HEX = re.compile(r"[0-9a-f]{64}")
 
 
 def _digest(text: str) -> bytes:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    return memo_digest(text.encode("utf-8", "surrogatepass"))
 
 
 def _tools_digest(tools: Sequence[Mapping[str, Any]]) -> bytes:
@@ -353,4 +352,4 @@ def _tools_digest(tools: Sequence[Mapping[str, Any]]) -> bytes:
         text = orjson.dumps(list(tools), option=orjson.OPT_SORT_KEYS)
     except TypeError:  # orjson.JSONEncodeError is a TypeError
         return _digest(stable_json(list(tools)))
-    return hashlib.blake2b(text, digest_size=16).digest()
+    return memo_digest(text)

@@ -28,6 +28,14 @@ _TOOL_CALL_FIELDS = ("id", "type", "function")
 GENESIS = ""
 
 
+def memo_digest(data: bytes) -> bytes:
+    """16 bytes naming ``data`` in one process's memos (token counts, remembered tool schemas; never
+    stored). SHA-256, truncated: this machine kind computes it in hardware (the CPU's SHA extensions),
+    59 µs for an agent's 80 KB system prompt against BLAKE2b's 124 µs, and an agent's turn digests that
+    prompt, its tools and its new messages several times."""
+    return hashlib.sha256(data).digest()[:16]
+
+
 @dataclass(slots=True)
 class HistoryEntry:
     """One message of a session's history: the store's, the assembler's and the compactor's record of it.
@@ -105,7 +113,7 @@ def message_digest(message: Mapping[str, Any]) -> bytes:
     try:
         return _FIELDS + _fields_digest(message)
     except (KeyError, TypeError, AttributeError):
-        return _CANONICAL + hashlib.blake2b(_canonical_bytes(message), digest_size=16).digest()
+        return _CANONICAL + memo_digest(_canonical_bytes(message))
 
 
 _FIELDS, _CANONICAL = b"f", b"c"  # the two digest spaces never collide with each other
@@ -132,7 +140,7 @@ def _fields_digest(message: Mapping[str, Any]) -> bytes:
     for call in message.get("tool_calls") or ():
         function = call["function"]
         fields += (call["id"], call.get("type"), function.get("name"), function.get("arguments"))
-    digest = hashlib.blake2b(digest_size=16)
+    digest = hashlib.sha256()  # as memo_digest, fed field by field
     for value in fields:
         if value is None:
             digest.update(b"\x00")
@@ -144,7 +152,7 @@ def _fields_digest(message: Mapping[str, Any]) -> bytes:
         encoded = data.encode("utf-8", "surrogatepass")
         digest.update(kind + len(encoded).to_bytes(8, "little"))
         digest.update(encoded)
-    return digest.digest()
+    return digest.digest()[:16]
 
 
 def _canonical_bytes(message: Mapping[str, Any]) -> bytes:

@@ -12,12 +12,13 @@ has the step keeps its plain transformation.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
 import orjson
+
+from proxy.kernel.canonical import memo_digest
 
 _STEP = "_sanitized_tools_update_for_openai"
 _KEPT = 64  # distinct tool lists remembered (an agent has one or a few)
@@ -46,7 +47,7 @@ class SanitizedTools:
             except TypeError:  # not JSON (never from a request): litellm's step as it is
                 return step(optional_params, litellm_params)
             key = (
-                hashlib.blake2b(schema, digest_size=16).digest(),
+                memo_digest(schema),
                 litellm_params.get("custom_llm_provider"),
                 litellm_params.get("api_base"),
                 config_type,
