@@ -38,7 +38,9 @@ LITELLM_SURFACE: dict[str, tuple[str, ...]] = {
     "litellm.llms.base_llm.chat.transformation": ("BaseConfig",),
     "litellm.llms.anthropic.chat.transformation": ("ANTHROPIC_TOOL_NAME_REVERSE_MAP_KEY", "AnthropicConfig"),
     "litellm.llms.anthropic.common_utils": ("AnthropicError", "process_anthropic_headers"),
-    "litellm.llms.custom_httpx.http_handler": ("MaskedHTTPStatusError",),
+    # the connection pool: litellm's own transport (aiohttp unless disabled) and SSL settings, as the
+    # OpenAI route's ``_get_async_http_client`` builds them
+    "litellm.llms.custom_httpx.http_handler": ("AsyncHTTPHandler", "MaskedHTTPStatusError", "get_ssl_configuration"),
     "litellm.anthropic_beta_headers_manager": ("update_request_with_filtered_beta",),
     "litellm.anthropic_beta_gated_fields": ("strip_beta_gated_request_body",),
     # streams (``streaming.py``): the OpenAI handler's stream options, litellm's stream wrapper, and
