@@ -71,6 +71,7 @@ class _Request:
     messages: tuple[Any, ...]  # as decoded, never handed out
     digests: tuple[bytes, ...]
     nested: tuple[int, ...]  # the messages holding a dict or a list (``_fresh_messages``)
+    check: bytes  # the ``_CHECK_BYTES`` before the prefix's end, compared first (``_candidates``)
 
     @property
     def size(self) -> int:
@@ -135,7 +136,8 @@ class ResentRequests:
         if chat._layout is None:
             return
         raw, length, start, messages, nested = chat._layout
-        known = _Request(raw, length, start, messages, tuple(digests), nested)
+        check = raw[max(0, length - _CHECK_BYTES) : length]
+        known = _Request(raw, length, start, messages, tuple(digests), nested, check)
         if len(messages) != len(digests) or known.size > self.max_bytes:
             return
         with self._lock:
@@ -170,12 +172,13 @@ class ResentRequests:
     def _candidates(self, raw: bytes) -> list[tuple[int, _Request]]:
         with self._lock:
             recent = list(reversed(self._requests.items()))
-        out = []
-        for key, known in recent:
-            end = known.length
-            if len(raw) > end and raw[max(0, end - _CHECK_BYTES) : end] == known.raw[max(0, end - _CHECK_BYTES) : end]:
-                out.append((key, known))
-        return out
+        size = len(raw)
+        # compared in place (``startswith`` at an offset copies nothing): a full memo holds a hundred and more
+        return [
+            (key, known)
+            for key, known in recent
+            if size > known.length and raw.startswith(known.check, known.length - len(known.check))
+        ]
 
     def _forget(self, key: int) -> None:
         known = self._requests.pop(key, None)
