@@ -22,7 +22,6 @@ bytes (acompletion's own calls are serialized by litellm and the openai SDK).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,20 +37,37 @@ def loads(data: bytes | str) -> Any:
     return orjson.loads(data)
 
 
-# An integer literal orjson would read as a float (it keeps 64 bits), where the standard library keeps it exact.
-_LONG_INTEGER = re.compile(r"\d{19}")
+_WIDE = 2.0**63  # orjson reads an integer literal beyond 64 bits as a float at least this large
 
 
 def loads_text(text: str) -> Any:
     """Exactly what ``json.loads(text)`` returns (or raises), with orjson doing the work where the two
-    agree: anything orjson refuses (``NaN``, a lone surrogate escape) and any literal of 19 or more digits
-    is left to the standard library. For texts inside messages (tool-call arguments, tool results)."""
-    if _LONG_INTEGER.search(text) is None:
-        try:
-            return orjson.loads(text)
-        except orjson.JSONDecodeError:
-            pass
-    return json.loads(text)
+    agree: anything orjson refuses (``NaN``, a lone surrogate escape) is left to the standard library, and
+    so is a text whose value holds a float of 2**63 or more, which may be an integer literal orjson
+    widened (the standard library keeps it exact). For texts inside messages (tool-call arguments, tool
+    results) and the store's rows. The check walks the value, not the text: a regular expression for a
+    run of 19 digits cost 16 us per kilobyte of text full of numbers, more than orjson's whole read."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+    return json.loads(text) if _holds_wide_float(value) else value
+
+
+def _holds_wide_float(value: Any) -> bool:
+    """Whether ``value`` holds a float orjson may have widened from an integer (``request_body._plain``
+    checks a request body for the same, with its depth, in one walk). Walked without recursion."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        kind = type(item)
+        if kind is dict:
+            pending.extend(item.values())
+        elif kind is list:
+            pending.extend(item)
+        elif kind is float and not -_WIDE < item < _WIDE:
+            return True
+    return False
 
 
 def dumps(value: Any) -> bytes:

@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from proxy.kernel import jsonio
 from proxy.kernel.canonical import (
     GENESIS,
     HistoryEntry,
@@ -64,8 +65,10 @@ def json_text(value: Any) -> str:
 
 
 def load_json(text: str) -> Any:
-    """The value stored by ``json_text``."""
-    return json.loads(text)
+    """The value stored by ``json_text``, read as the standard library reads it, by orjson where the two
+    agree (``jsonio.loads_text``): a new session's first turn reads its whole history back, a hundred
+    kilobytes, on the store's writer thread with the GIL held."""
+    return jsonio.loads_text(text)
 
 
 def tool_body(message: Mapping[str, Any]) -> str:
