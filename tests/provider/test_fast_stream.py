@@ -556,3 +556,25 @@ def _body_words(source: str) -> str:
     body = source.split(":\n", 1)[1]
     body = re.sub(r"#.*", "", body)
     return re.sub(r"\s+", "", body).replace("returnawait", "return").replace(",)", ")")
+
+
+async def test_the_answer_is_built_once_per_stream(provider: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """litellm's wrapper rebuilds the whole answer at the stream's end twice (the usage chunk, then its
+    callbacks); the fast path builds it once (``built_once``) and still hands on acompletion's chunks."""
+    import litellm
+
+    builds: list[int] = []
+    builder = litellm.stream_chunk_builder
+
+    def counted(**arguments: Any) -> Any:
+        builds.append(len(arguments["chunks"]))
+        return builder(**arguments)
+
+    monkeypatch.setattr(litellm, "stream_chunk_builder", counted)  # read by the fast path when it is made
+    reply, llm_input = CASES["text-usage"]
+    results = await _both(provider, reply, "openai", **llm_input)
+    _assert_same(results)
+    assert results[1][1][1] == "complete" and results[1][1][0][-1]["usage"]["total_tokens"] == 15
+    # acompletion's wrapper builds twice (its usage chunk, then its callbacks), the fast path's once; should
+    # litellm build once itself, this fails and ``built_once`` has nothing left to save
+    assert builds == [5, 5, 5]

@@ -42,7 +42,7 @@ class StreamChunks:
     def __init__(self, parts: dict[str, Any]) -> None:
         self._parts = parts
         self._sdk: openai.AsyncOpenAI | None = None  # made on the first stream: a backend may never stream
-        self._wrapper = built_inline(parts["CustomStreamWrapper"], parts["stream_chunk_builder"])
+        self._wrapper = built_inline(parts["CustomStreamWrapper"], built_once(parts["stream_chunk_builder"]))
 
     def wrapper(
         self,
@@ -123,6 +123,31 @@ def built_inline(wrapper: type, build: Any) -> type:
     return InlineBuilt
 
 
+def built_once(build: Any) -> Any:
+    """litellm's ``stream_chunk_builder``, run once per stream.
+
+    The wrapper's end-of-stream step runs twice: once for the usage chunk it hands on, and once more when
+    the stream is read past that chunk, for its cache write and success callbacks (which the fast path
+    does not run: ``StreamLog``); each time it rebuilds the whole answer from the same chunks, 0.6 ms
+    of pydantic models for an agent's four-chunk answer. The second gets the first's answer: what that
+    step builds from it goes only to those callbacks, never to a chunk (the usage chunk was handed on,
+    and serialized, before it). Kept on the stream's ``StreamLog``, with the chunk count it was built
+    from, so a stream that grew since is built anew."""
+
+    def once(*, chunks: list[Any], messages: Any, logging_obj: Any, count_prompt_tokens: Any) -> Any:
+        known = getattr(logging_obj, "built", None)
+        if known is not None and known[0] is chunks and known[1] == len(chunks):
+            return known[2]
+        answer = build(
+            chunks=chunks, messages=messages, logging_obj=logging_obj, count_prompt_tokens=count_prompt_tokens
+        )
+        if isinstance(logging_obj, StreamLog):
+            logging_obj.built = (chunks, len(chunks), answer)
+        return answer
+
+    return once
+
+
 async def _closing(sdk_stream: Any, response: httpx.Response) -> Any:
     """The SDK stream's chunks; the response is closed however the iteration ends."""
     try:
@@ -151,6 +176,7 @@ class StreamLog:
         self.stream_options = stream_options
         self.optional_params: dict[str, Any] = {}
         self.completion_start_time: datetime.datetime | None = None
+        self.built: tuple[list[Any], int, Any] | None = None  # ``built_once``: the chunks, their count, the answer
         self.model_call_details: dict[str, Any] = {
             "litellm_params": litellm_params,
             "custom_llm_provider": provider,
