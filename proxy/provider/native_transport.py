@@ -3,11 +3,11 @@
 litellm's own entry points for these APIs rewrite what passes through them (``anthropic_messages`` drops
 ``thinking`` for a model its map does not know; ``aresponses`` renames response ids and adds fields), and
 a signed thinking block or an encrypted reasoning item must reach the provider, and come back, exactly
-as it was. So the body the ingress's codec rendered is posted as it is over one pooled client, and an
-answer or a stream's events come back as the provider sent them. litellm still decides what it decides
-for every other call: the API key and base the route names (else the provider's environment variables
-and default address), and a failure is mapped by its ``exception_type`` and translated like every
-provider failure, so an overflow is an overflow here too.
+as it was. So the body the ingress's codec rendered is posted as it is over one pooled client (on
+litellm's own transport, ``pool.py``), and an answer or a stream's events come back as the provider sent
+them. litellm still decides what it decides for every other call: the API key and base the route names
+(else the provider's environment variables and default address), and a failure is mapped by its
+``exception_type`` and translated like every provider failure, so an overflow is an overflow here too.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from proxy.kernel.errors import ProviderError, ProxyError
 from proxy.kernel.jsonio import dumps
 from proxy.kernel.route_api import Api
 from proxy.provider.error_translation import translate_provider_error
+from proxy.provider.pool import litellm_client
 
 _ANTHROPIC_BASE = "https://api.anthropic.com"
 _OPENAI_BASE = "https://api.openai.com/v1"
 _ANTHROPIC_VERSION = "2023-06-01"
-_MAX_CONNECTIONS = 200
 _BODY_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding"})
 
 
@@ -92,8 +92,7 @@ class NativeTransport:
 
     def _pool(self) -> httpx.AsyncClient:
         if self._client is None:
-            limits = httpx.Limits(max_connections=_MAX_CONNECTIONS, max_keepalive_connections=_MAX_CONNECTIONS)
-            self._client = httpx.AsyncClient(limits=limits, follow_redirects=False)
+            self._client = litellm_client(self._parts)  # litellm's own transport (``provider/pool.py``)
         return self._client
 
     def _call(

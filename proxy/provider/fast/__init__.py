@@ -36,7 +36,6 @@ handler's ``json.dumps``.
 
 from __future__ import annotations
 
-import ssl
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +48,7 @@ from proxy.provider.fast.base import Adapter
 from proxy.provider.fast.messages import MessageScan
 from proxy.provider.fast.openai import OpenAIAdapter
 from proxy.provider.fast.surface import LITELLM_SURFACE
+from proxy.provider.pool import litellm_client
 
 __all__ = ["LITELLM_SURFACE", "FastCall", "FastPath"]
 
@@ -74,8 +74,7 @@ class FastPath:
             AnthropicAdapter(litellm, parts),
         ]
         self._adapters = {f"{adapter.provider}/": adapter for adapter in adapters}
-        self._transport = parts["AsyncHTTPHandler"].create_async_transport
-        self._ssl = parts["get_ssl_configuration"]
+        self._parts = parts
         self._client: httpx.AsyncClient | None = None  # made on first use: a backend built only to read
         # the model map (start-up checks) opens no pool
 
@@ -108,15 +107,7 @@ class FastPath:
 
     def _pool(self) -> httpx.AsyncClient:
         if self._client is None:
-            # litellm's own transport, as its OpenAI route builds it (``_get_async_http_client``): aiohttp,
-            # whose C parser and pool cost a 140 KB call a third less CPU than httpx's, unless the
-            # operator disabled it (``DISABLE_AIOHTTP_TRANSPORT``), then httpx's with litellm's limits.
-            ssl_config = self._ssl()
-            transport = self._transport(
-                ssl_context=ssl_config if isinstance(ssl_config, ssl.SSLContext) else None,
-                ssl_verify=ssl_config if isinstance(ssl_config, bool) else None,
-            )
-            self._client = httpx.AsyncClient(verify=ssl_config, transport=transport, follow_redirects=False)
+            self._client = litellm_client(self._parts)  # litellm's own transport (``provider/pool.py``)
         return self._client
 
     def _adapter(self, llm_input: dict[str, Any]) -> Adapter | None:
