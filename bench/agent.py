@@ -1,7 +1,8 @@
 """Part 8: what agents send, through our proxy and the litellm proxy, streamed and not, on all three APIs.
 
 Cases: a shape (``agent``: a 20k-token system prompt, 24 tools, a 12-message history; ``tiny``: two
-messages), an API (chat, Messages, Responses) and streamed or not. Every request is a new session; the
+messages; ``answer``: two messages answered at length, 120 text chunks, streamed only: what relaying an
+agent's answer costs), an API (chat, Messages, Responses) and streamed or not. Every request is a new session; the
 agent's system prompt and tools are byte-identical across them, as when one agent runs many sessions.
 ``later``: the same session's next turn (the first turn sent untimed just before), ours only.
 
@@ -26,12 +27,13 @@ from typing import Any
 import httpx
 import orjson
 
-from bench.agent_shapes import APIS, agent_body, endpoint, tiny_body
+from bench.agent_shapes import APIS, agent_body, answer_body, endpoint, tiny_body
 from bench.measure import RequestFailed, median, percentile
 from bench.servers import MASTER_KEY
 
 CONCURRENCY = 16
-SHAPES = ("tiny", "agent")
+SHAPES = ("tiny", "agent", "answer")
+STREAMED_ONLY = frozenset({"answer"})  # a long answer costs a proxy to relay only as a stream
 PROXIES = ("dynamic", "litellm-proxy")
 
 
@@ -106,7 +108,10 @@ def _session(label: str, index: int) -> str:
 
 
 def _body(shape: str, api: str, stream: bool, *, later: bool = False) -> bytes:
-    made = agent_body(api, stream, later=later) if shape == "agent" else tiny_body(api, stream)
+    if shape == "agent":
+        made = agent_body(api, stream, later=later)
+    else:
+        made = answer_body(api, stream) if shape == "answer" else tiny_body(api, stream)
     return orjson.dumps(made)
 
 
@@ -139,7 +144,13 @@ def run_agent(
     optional); returns the report section."""
     run = uuid.uuid4().hex[:8]
     proxies = [p for p in PROXIES if p in urls]
-    cases = [(shape, api, stream) for shape in shapes for api in apis for stream in (False, True)]
+    cases = [
+        (shape, api, stream)
+        for shape in shapes
+        for api in apis
+        for stream in (False, True)
+        if stream or shape not in STREAMED_ONLY
+    ]
     per_repeat: list[dict[str, dict[str, dict[str, float]]]] = []
     sizes = {shape: len(_body(shape, "chat", False)) for shape in shapes}
     with httpx.Client(timeout=120.0) as client:

@@ -1,5 +1,6 @@
 """The request shapes part 8 sends: what an agent sends (a large system prompt, two dozen tools, a history of
-tool calls) and a tiny turn, each in the three wire formats the proxy serves (chat, Messages, Responses).
+tool calls), a tiny turn, and a tiny turn answered at length (what an agent streams back), each in the three
+wire formats the proxy serves (chat, Messages, Responses).
 
 Every body is deterministic: the same ``variant`` gives the same bytes, so the agent's system prompt and
 tools are byte-identical across sessions, as they are for one agent (Claude Code, Codex) run many times.
@@ -11,6 +12,7 @@ import json
 import random
 from typing import Any
 
+from bench.scripted_server import LONG_ANSWER_MARKER
 from bench.servers import MODEL
 
 SYSTEM_PROMPT_TOKENS = 20_000  # about four characters a token (``_word``)
@@ -125,6 +127,12 @@ def tiny_body(api: str, stream: bool) -> dict[str, Any]:
     """A two-message turn without tools."""
     steps: list[tuple[str, Any]] = [("user", "Is the 298 K run finished? Answer ok or not yet.")]
     return _body(api, "You are a terse lab assistant.", [], steps, stream, max_tokens=16)
+
+
+def answer_body(api: str, stream: bool) -> dict[str, Any]:
+    """A two-message turn the scripted provider answers at length (``LONG_ANSWER``: 120 text chunks)."""
+    steps: list[tuple[str, Any]] = [("user", f"Walk me through the 298 K run step by step. {LONG_ANSWER_MARKER}")]
+    return _body(api, "You are a thorough lab assistant.", [], steps, stream, max_tokens=2048)
 
 
 def _body(

@@ -46,9 +46,20 @@ CHECKPOINT_TEXT = """## Completed work
 - Run the next analysis step."""
 
 
+# A request whose text holds this marker is answered at length (part 8's ``answer`` shape): the answer an
+# agent streams back is hundreds of chunks, and each costs a proxy what it costs to relay, not the request.
+LONG_ANSWER_MARKER = "[answer at length]"
+LONG_ANSWER_CHUNKS = 120  # the provider streams text 16 characters a chunk
+LONG_ANSWER = "".join(f"step {index:04d} held. " for index in range(LONG_ANSWER_CHUNKS))  # 16 characters each,
+# each different: litellm's stream wrapper refuses a model that repeats one chunk over and over
+
+
 def ok_script(body: dict[str, Any]) -> Reply:
-    """The smallest useful answer: what the overhead part measures is the path, not the model."""
-    return Reply(content="ok")
+    """The smallest useful answer: what the overhead part measures is the path, not the model. A request
+    that asks for a long answer (``LONG_ANSWER_MARKER`` in its messages) gets ``LONG_ANSWER``."""
+    messages = body.get("messages")
+    text = bytes(messages) if isinstance(messages, msgspec.Raw) else orjson.dumps(messages)
+    return Reply(content=LONG_ANSWER if LONG_ANSWER_MARKER.encode() in text else "ok")
 
 
 def science_script(body: dict[str, Any]) -> Reply:

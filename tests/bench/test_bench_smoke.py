@@ -248,9 +248,29 @@ def test_agent_shapes_are_what_agents_send_in_each_api() -> None:
     assert later[:13] == chat["messages"] and [m["role"] for m in later[13:]] == ["assistant", "user"]
 
 
+def test_the_answer_shape_streams_the_long_answer_through_the_proxy(servers: tuple[str, str]) -> None:
+    """Part 8's ``answer`` shape: the scripted provider answers it at length, 16 characters a chunk, skimming
+    the body or not, and the proxy relays every chunk of it."""
+    from bench.agent_shapes import answer_body
+    from bench.scripted_server import LONG_ANSWER, LONG_ANSWER_CHUNKS
+
+    proxy_url, _ = servers
+    headers = {"authorization": f"Bearer {MASTER_KEY}", "x-session-id": "answer-shape"}
+    with httpx.stream("POST", f"{proxy_url}/v1/chat/completions", json=answer_body("chat", True), headers=headers) as r:
+        events = [orjson.loads(line[5:]) for line in r.iter_lines() if line.startswith("data: {")]
+    pieces = [c["choices"][0]["delta"].get("content") for c in events if c["choices"]]
+    assert "".join(p for p in pieces if p) == LONG_ANSWER
+    assert len([p for p in pieces if p]) == LONG_ANSWER_CHUNKS
+    with serve_in_thread(LeanProvider(ok_script, skim=True).app()) as skimming:
+        body = {"model": MODEL, "messages": answer_body("chat", False)["messages"]}
+        answer = httpx.post(f"{skimming}/v1/chat/completions", json=body).json()
+    assert answer["choices"][0]["message"]["content"] == LONG_ANSWER
+
+
 def test_agent_part_times_every_case_on_both_proxies_and_renders(servers: tuple[str, str], tmp_path: Path) -> None:
     """Part 8 at tiny counts; a second proxy of ours stands in for the litellm proxy (same endpoints)."""
     from bench.agent import run_agent
+    from bench.agent_shapes import APIS
 
     proxy_url, provider_url = servers
     route = ModelRoute(
@@ -264,7 +284,9 @@ def test_agent_part_times_every_case_on_both_proxies_and_renders(servers: tuple[
         urls = {"direct": provider_url, "dynamic": proxy_url, "litellm-proxy": other_url}
         result = run_agent(urls, requests=1, throughput_requests=2, repeats=1, warmup=0)
     cases = result["cases"]
-    assert len(cases) == 2 * 3 * 2 + 3 * 2  # shapes x APIs x streamed or not, and the later turns
+    # shapes x APIs x streamed or not, the long answer streamed on each API, and the later turns
+    assert len(cases) == 2 * 3 * 2 + 3 + 3 * 2
+    assert {name for name in cases if name.startswith("answer/")} == {f"answer/{api}/stream" for api in APIS}
     for name, case in cases.items():
         ours = case["dynamic"]
         assert ours["p50_ms"] > 0
