@@ -81,27 +81,23 @@ _DELTA = st.fixed_dictionaries(
         "tool_calls": st.one_of(st.none(), st.lists(_TOOL_CALL, max_size=2)),
     },
 ).flatmap(lambda delta: _EXTRA.map(lambda extra: {**delta, **extra}))
-_LOGPROBS = st.one_of(
-    st.none(),
-    st.fixed_dictionaries(
+
+
+def _logprobs(number: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """A choice's ``logprobs``: none, or tokens with their log probabilities drawn from ``number``."""
+    top = st.fixed_dictionaries({"token": _TEXT, "logprob": number, "bytes": st.none()})
+    token = st.fixed_dictionaries(
         {
-            "content": st.lists(
-                st.fixed_dictionaries(
-                    {
-                        "token": _TEXT,
-                        "logprob": _NUMBER,
-                        "bytes": st.one_of(st.none(), st.lists(st.integers(0, 255), max_size=3)),
-                        "top_logprobs": st.lists(
-                            st.fixed_dictionaries({"token": _TEXT, "logprob": _NUMBER, "bytes": st.none()}),
-                            max_size=2,
-                        ),
-                    }
-                ),
-                max_size=2,
-            )
+            "token": _TEXT,
+            "logprob": number,
+            "bytes": st.one_of(st.none(), st.lists(st.integers(0, 255), max_size=3)),
+            "top_logprobs": st.lists(top, max_size=2),
         }
-    ),
-)
+    )
+    return st.one_of(st.none(), st.fixed_dictionaries({"content": st.lists(token, max_size=2)}))
+
+
+_LOGPROBS = _logprobs(_NUMBER)
 _CHOICE = st.fixed_dictionaries(
     {"index": st.integers(0, 2), "delta": _DELTA},
     optional={"finish_reason": _FINISH, "logprobs": _LOGPROBS},
@@ -136,35 +132,7 @@ _CHUNK = st.fixed_dictionaries(
 
 # Chunks whose every value has its field's type: the ones strict validation takes (most of them).
 _FLOAT = st.floats(-5, 5, allow_nan=False)
-_VALID_DELTA = st.fixed_dictionaries(
-    {},
-    optional={
-        "role": st.sampled_from(["assistant", None, "tool"]),
-        "content": st.one_of(st.none(), _TEXT),
-        "refusal": st.one_of(st.none(), _TEXT),
-        "tool_calls": st.one_of(st.none(), st.lists(_TOOL_CALL, max_size=2)),
-    },
-).flatmap(lambda delta: _EXTRA.map(lambda extra: {**delta, **extra}))
-_VALID_LOGPROBS = st.one_of(
-    st.none(),
-    st.fixed_dictionaries(
-        {
-            "content": st.lists(
-                st.fixed_dictionaries(
-                    {
-                        "token": _TEXT,
-                        "logprob": _FLOAT,
-                        "bytes": st.one_of(st.none(), st.lists(st.integers(0, 255), max_size=3)),
-                        "top_logprobs": st.lists(
-                            st.fixed_dictionaries({"token": _TEXT, "logprob": _FLOAT, "bytes": st.none()}), max_size=2
-                        ),
-                    }
-                ),
-                max_size=2,
-            )
-        }
-    ),
-)
+_VALID_LOGPROBS = _logprobs(_FLOAT)
 _VALID_CHUNK = st.fixed_dictionaries(
     {
         "id": st.just("chatcmpl-1"),
@@ -173,7 +141,7 @@ _VALID_CHUNK = st.fixed_dictionaries(
         "model": st.just("m"),
         "choices": st.lists(
             st.fixed_dictionaries(
-                {"index": st.integers(0, 2), "delta": _VALID_DELTA},
+                {"index": st.integers(0, 2), "delta": _DELTA},
                 optional={
                     "finish_reason": st.sampled_from([None, "stop", "length", "tool_calls", "content_filter"]),
                     "logprobs": _VALID_LOGPROBS,
