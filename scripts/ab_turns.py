@@ -8,6 +8,7 @@ the two comparable on a shared, noisy machine where two separate bench runs are 
 
 - ``later`` (the default): an agent-shaped session's second turn (its first sent just before, untimed),
   as part 8's ``later`` cases;
+- ``first``: an agent-shaped session's first turn, as part 8's ``agent`` cases;
 - ``answer``: a tiny turn the provider answers in 120 streamed chunks, as part 8's ``answer`` cases;
   always streamed.
 
@@ -39,14 +40,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--stream", action="store_true")
     parser.add_argument("--api", choices=APIS, default="chat")
-    parser.add_argument("--shape", choices=("later", "answer"), default="later")
+    parser.add_argument("--shape", choices=("later", "first", "answer"), default="later")
     args = parser.parse_args()
     stream = args.stream or args.shape == "answer"
     if args.shape == "later":
         first, turn = _body("agent", args.api, stream), _body("agent", args.api, stream, later=True)
         direct = _body("agent", "chat", stream, later=True)
     else:
-        first, turn, direct = b"", _body("answer", args.api, stream), _body("answer", "chat", stream)
+        shape = "agent" if args.shape == "first" else "answer"
+        first, turn, direct = b"", _body(shape, args.api, stream), _body(shape, "chat", stream)
     scratch = Path(tempfile.mkdtemp(prefix="ab-turns-"))
     with scripted_provider(scratch) as provider:
         config = write_config(scratch, provider.url)
