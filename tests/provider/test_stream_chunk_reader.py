@@ -59,11 +59,18 @@ def _strictly_valid(data: dict[str, Any]) -> bool:
 _FINISH = st.sampled_from([None, "stop", "length", "tool_calls", "content_filter", "function_call", "eos"])
 _TEXT = st.text(max_size=12)
 _NUMBER = st.one_of(st.integers(-5, 5), st.floats(-5, 5, allow_nan=False))
-_EXTRA = st.dictionaries(
-    st.sampled_from(["obfuscation", "reasoning_content", "provider_specific_fields", "x"]),
+_EXTRA = st.dictionaries(  # keys the SDK does not declare, at any level (Azure's content_filter_results...)
+    st.sampled_from(["obfuscation", "reasoning_content", "provider_specific_fields", "content_filter_results", "x"]),
     st.one_of(st.none(), _TEXT, _NUMBER, st.lists(_NUMBER, max_size=2), st.dictionaries(st.just("a"), _TEXT)),
     max_size=2,
 )
+
+
+def _with_extra(value: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
+    """``value`` with keys the SDK does not declare added."""
+    return _EXTRA.map(lambda extra: {**value, **extra})
+
+
 _TOOL_CALL = st.fixed_dictionaries(
     {"index": st.integers(0, 3)},
     optional={
@@ -80,7 +87,7 @@ _DELTA = st.fixed_dictionaries(
         "refusal": st.one_of(st.none(), _TEXT),
         "tool_calls": st.one_of(st.none(), st.lists(_TOOL_CALL, max_size=2)),
     },
-).flatmap(lambda delta: _EXTRA.map(lambda extra: {**delta, **extra}))
+).flatmap(_with_extra)
 
 
 def _logprobs(number: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
@@ -101,7 +108,7 @@ _LOGPROBS = _logprobs(_NUMBER)
 _CHOICE = st.fixed_dictionaries(
     {"index": st.integers(0, 2), "delta": _DELTA},
     optional={"finish_reason": _FINISH, "logprobs": _LOGPROBS},
-)
+).flatmap(_with_extra)
 _USAGE = st.fixed_dictionaries(
     {"prompt_tokens": st.integers(0, 10**6), "completion_tokens": st.integers(0, 10**6), "total_tokens": _NUMBER},
     optional={
@@ -127,7 +134,7 @@ _CHUNK = st.fixed_dictionaries(
         "service_tier": st.sampled_from([None, "default", "auto", "flex", "scale", "priority", "other"]),
         "usage": st.one_of(st.none(), _USAGE),
     },
-).flatmap(lambda chunk: _EXTRA.map(lambda extra: {**chunk, **extra}))
+).flatmap(_with_extra)
 
 
 # Chunks whose every value has its field's type: the ones strict validation takes (most of them).
@@ -146,7 +153,7 @@ _VALID_CHUNK = st.fixed_dictionaries(
                     "finish_reason": st.sampled_from([None, "stop", "length", "tool_calls", "content_filter"]),
                     "logprobs": _VALID_LOGPROBS,
                 },
-            ),
+            ).flatmap(_with_extra),
             max_size=2,
         ),
     },
@@ -166,7 +173,7 @@ _VALID_CHUNK = st.fixed_dictionaries(
             ),
         ),
     },
-).flatmap(lambda chunk: _EXTRA.map(lambda extra: {**chunk, **extra}))
+).flatmap(_with_extra)
 
 
 @settings(max_examples=400, deadline=None)
