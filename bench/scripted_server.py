@@ -56,10 +56,20 @@ LONG_ANSWER = "".join(f"step {index:04d} held. " for index in range(LONG_ANSWER_
 
 def ok_script(body: dict[str, Any]) -> Reply:
     """The smallest useful answer: what the overhead part measures is the path, not the model. A request
-    that asks for a long answer (``LONG_ANSWER_MARKER`` in its messages) gets ``LONG_ANSWER``."""
-    messages = body.get("messages")
-    text = bytes(messages) if isinstance(messages, msgspec.Raw) else orjson.dumps(messages)
-    return Reply(content=LONG_ANSWER if LONG_ANSWER_MARKER.encode() in text else "ok")
+    whose last message asks for a long answer (``LONG_ANSWER_MARKER``) gets ``LONG_ANSWER``."""
+    return Reply(content=LONG_ANSWER if _asks_at_length(body.get("messages")) else "ok")
+
+
+def _asks_at_length(messages: Any) -> bool:
+    """Whether the last message holds ``LONG_ANSWER_MARKER``. Only the end of the messages is read: part 2
+    sends megabytes of them, and this runs on every request (skimmed, they are one JSON text)."""
+    if isinstance(messages, msgspec.Raw):
+        return LONG_ANSWER_MARKER.encode() in bytes(memoryview(messages)[-_MARKER_WINDOW:])
+    last = messages[-1] if isinstance(messages, list) and messages else {}
+    return isinstance(last, dict) and LONG_ANSWER_MARKER in str(last.get("content"))
+
+
+_MARKER_WINDOW = 512  # bytes at the end of a skimmed request's messages the marker is looked for in
 
 
 def science_script(body: dict[str, Any]) -> Reply:
