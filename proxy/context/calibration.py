@@ -19,7 +19,9 @@ Pure statistics: the runtime (``proxy/runtime/calibration.py``) loads and stores
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -87,7 +89,14 @@ class Calibration:
         """The correction for the next estimate; ``start_margin`` alone while there is no sample."""
         if not self.samples:
             return Correction(ratio=1.0, margin=start_margin, samples=0)
-        return _correction(self.samples)
+        weights = _weights(len(self.samples))
+        median, upper = _weighted_quantiles(self.samples, weights, (0.5, QUANTILE))
+        observed = upper / median
+        predicted = min(prediction_bound(self.samples, weights) / median, MAX_PREDICTED_MARGIN)
+        margin = max(observed, predicted, MIN_MARGIN)
+        missing = max(0, MIN_SAMPLES - len(self.samples))
+        margin *= 1 + FEW_SAMPLES_PAD * missing / MIN_SAMPLES
+        return Correction(ratio=round(median, 4), margin=round(margin, 4), samples=len(self.samples))
 
     def to_record(self) -> dict[str, Any]:
         """The stored form (JSON)."""
@@ -109,22 +118,6 @@ class Calibration:
             if isinstance(x, int | float) and not isinstance(x, bool) and MIN_RATIO <= x <= MAX_RATIO
         ]
         return cls(tuple(kept[-MAX_SAMPLES:]))
-
-
-@functools.lru_cache(maxsize=16)
-def _correction(samples: tuple[float, ...]) -> Correction:
-    """``Calibration.correction`` of a non-empty calibration. Remembered by the samples themselves: every
-    turn reads its route's calibration, which changes only when an answer taught a sample, and sorting a
-    warm route's 400 samples took 0.15 ms of each turn; hashing and comparing them takes a few
-    microseconds (a frozen ``Correction`` is safe to share)."""
-    weights = _weights(len(samples))
-    median, upper = _weighted_quantiles(samples, weights, (0.5, QUANTILE))
-    observed = upper / median
-    predicted = min(prediction_bound(samples, weights) / median, MAX_PREDICTED_MARGIN)
-    margin = max(observed, predicted, MIN_MARGIN)
-    missing = max(0, MIN_SAMPLES - len(samples))
-    margin *= 1 + FEW_SAMPLES_PAD * missing / MIN_SAMPLES
-    return Correction(ratio=round(median, 4), margin=round(margin, 4), samples=len(samples))
 
 
 @functools.lru_cache(maxsize=4)
@@ -176,15 +169,14 @@ def weighted_quantile(values: Sequence[float], weights: Sequence[float], quantil
 
 
 def _weighted_quantiles(values: Sequence[float], weights: Sequence[float], quantiles: Sequence[float]) -> list[float]:
-    """``weighted_quantile`` of each of ``quantiles`` (ascending), over one sort of the values."""
-    pairs = sorted(zip(values, weights, strict=True))
+    """``weighted_quantile`` of each of ``quantiles``, over one sort of the values. Every turn reads its route's
+    correction and every answer adds a sample, so this runs on every turn over up to ``MAX_SAMPLES``: the
+    values' positions are sorted by value (ties keep their order: older, lighter first) and their weights
+    summed in that order in C, where sorting (value, weight) pairs and walking them took twice as long."""
+    if len(weights) != len(values):
+        raise ValueError(f"{len(values)} values but {len(weights)} weights")
+    order = sorted(range(len(values)), key=values.__getitem__)
+    cumulative = list(itertools.accumulate([weights[index] for index in order]))
     total = sum(weights)
-    out: list[float] = []
-    running, at = 0.0, 0
-    for quantile in quantiles:
-        goal = quantile * total
-        while at < len(pairs) and running + pairs[at][1] < goal:
-            running += pairs[at][1]
-            at += 1
-        out.append(pairs[min(at, len(pairs) - 1)][0])
-    return out
+    last = len(order) - 1
+    return [values[order[min(bisect.bisect_left(cumulative, quantile * total), last)]] for quantile in quantiles]
