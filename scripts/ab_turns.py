@@ -6,6 +6,10 @@ round in alternating order, sends each proxy the same turn and the provider the 
 directly, and prints the p50s, the added p50 of each proxy and B's added over A's. Interleaving makes
 the two comparable on a shared, noisy machine where two separate bench runs are not.
 
+It also prints each proxy's CPU time per round (its threads', from ``/proc``, over the timed rounds):
+everything the proxy does for a round, the work after the answer is sent included. On a busy machine it
+moves far less than a p50 does, so a change of a few percent shows there first.
+
 - ``later`` (the default): an agent-shaped session's second turn (its first sent just before, untimed),
   as part 8's ``later`` cases;
 - ``first``: an agent-shaped session's first turn, as part 8's ``agent`` cases;
@@ -19,6 +23,7 @@ the two comparable on a shared, noisy machine where two separate bench runs are 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -61,7 +66,10 @@ def main() -> None:
             url = {"A": a.url + endpoint(args.api), "B": b.url + endpoint(args.api)}
             taken: dict[str, list[float]] = {"A": [], "B": [], "direct": []}
             warm = 5
+            cpu: dict[str, float] = {}
             for index in range(warm + args.rounds):
+                if index == warm:
+                    cpu = {"A": process_cpu_ms(a.pid), "B": process_cpu_ms(b.pid)}
                 order = ("A", "B") if index % 2 == 0 else ("B", "A")
                 sample = {"direct": timed_request(client, provider.url + endpoint("chat"), "chat", direct, stream, "d")}
                 for name in order:
@@ -72,15 +80,31 @@ def main() -> None:
                 if index >= warm:
                     for name, (_, last) in sample.items():
                         taken[name].append(last)
+            cpu = {"A": process_cpu_ms(a.pid) - cpu["A"], "B": process_cpu_ms(b.pid) - cpu["B"]}
     p50 = {name: statistics.median(values) for name, values in taken.items()}
     added = {name: p50[name] - p50["direct"] for name in ("A", "B")}
     kind = "stream" if stream else "json"
     print(f"{args.shape} {args.api} {kind}, {args.rounds} rounds; direct p50 {p50['direct']:.2f} ms")
     for name in ("A", "B"):
         print(
-            f"  {name}: p50 {p50[name]:.2f} ms, added {added[name]:.2f} ms = {added[name] / p50['direct']:.2f}x direct"
+            f"  {name}: p50 {p50[name]:.2f} ms, added {added[name]:.2f} ms = {added[name] / p50['direct']:.2f}x direct;"
+            f" CPU {cpu[name] / args.rounds:.2f} ms a round"
         )
-    print(f"  B/A added: {added['B'] / added['A']:.3f}")
+    print(f"  B/A added: {added['B'] / added['A']:.3f}; B/A CPU: {cpu['B'] / cpu['A']:.3f}")
+
+
+def process_cpu_ms(pid: int) -> float:
+    """The CPU time a process's live threads have run so far, in milliseconds: the scheduler's own count in
+    nanoseconds (``/proc/<pid>/task/*/schedstat``), not ``/proc/<pid>/stat``'s 10 ms ticks, which gave two
+    proxies the same figure round after round. A thread that ended is not counted (the proxy's are kept)."""
+    total = 0
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{thread}/schedstat", encoding="ascii") as schedstat:
+                total += int(schedstat.read().split()[0])
+        except FileNotFoundError:  # the thread ended between the listing and the read
+            continue
+    return total / 1e6
 
 
 if __name__ == "__main__":
