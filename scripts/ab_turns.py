@@ -66,10 +66,10 @@ def main() -> None:
             url = {"A": a.url + endpoint(args.api), "B": b.url + endpoint(args.api)}
             taken: dict[str, list[float]] = {"A": [], "B": [], "direct": []}
             warm = 5
-            cpu: dict[str, float] = {}
+            cpu_before: dict[str, float] = {}
             for index in range(warm + args.rounds):
                 if index == warm:
-                    cpu = {"A": process_cpu_ms(a.pid), "B": process_cpu_ms(b.pid)}
+                    cpu_before = {"A": process_cpu_ms(a.pid), "B": process_cpu_ms(b.pid)}
                 order = ("A", "B") if index % 2 == 0 else ("B", "A")
                 sample = {"direct": timed_request(client, provider.url + endpoint("chat"), "chat", direct, stream, "d")}
                 for name in order:
@@ -80,7 +80,7 @@ def main() -> None:
                 if index >= warm:
                     for name, (_, last) in sample.items():
                         taken[name].append(last)
-            cpu = {"A": process_cpu_ms(a.pid) - cpu["A"], "B": process_cpu_ms(b.pid) - cpu["B"]}
+            cpu = {"A": process_cpu_ms(a.pid) - cpu_before["A"], "B": process_cpu_ms(b.pid) - cpu_before["B"]}
     p50 = {name: statistics.median(values) for name, values in taken.items()}
     added = {name: p50[name] - p50["direct"] for name in ("A", "B")}
     kind = "stream" if stream else "json"
