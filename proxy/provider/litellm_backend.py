@@ -23,6 +23,7 @@ from proxy.provider.error_translation import translate_provider_error
 from proxy.provider.fast.messages import copied_messages
 from proxy.provider.native_transport import NativeTransport
 from proxy.provider.overflow import OverflowHints
+from proxy.provider.pool import install_sdk_session
 from proxy.provider.serialize import StreamSerializer, response_to_openai
 
 if TYPE_CHECKING:
@@ -42,6 +43,9 @@ class LiteLLMBackend:
 
         litellm.suppress_debug_info = True  # no "Give Feedback" banner on every provider error
         logging.getLogger("LiteLLM").setLevel(logging.WARNING)  # not one INFO line per call
+        from proxy.provider.fast.surface import load
+
+        install_sdk_session(litellm, load())  # acompletion's OpenAI and Azure calls keep no cookies either
         self._litellm = litellm
         self._timeout = timeout_seconds
         self._fast: FastPath | None = None
@@ -195,7 +199,8 @@ async def close_loop_clients(litellm: Any) -> None:
     litellm caches its HTTP clients per event loop (the loop is part of the cache key) and never
     closes them: after the loop stops, their keep-alive sockets linger until the cache drops them and
     garbage collection finds them, unclosed. Only this loop's clients are closed, so another app in
-    the same process (a second server, a test) keeps its own.
+    the same process (a second server, a test) keeps its own. With them, this loop's client inside
+    ``litellm.aclient_session`` (``pool.PerLoopSdkClient``), which its SDK clients wrap.
     """
     cache = litellm.in_memory_llm_clients_cache
     this_loop = cache.update_cache_key_with_event_loop("")  # "-<loop token>": how litellm scopes a key
@@ -203,6 +208,8 @@ async def close_loop_clients(litellm: Any) -> None:
         client = cache.cache_dict.pop(key, None)
         cache.ttl_dict.pop(key, None)
         await _close_client(client)
+    if litellm.aclient_session is not None:  # its SDK clients close it when this loop has some; else here
+        await _close_client(litellm.aclient_session)
 
 
 async def _close_client(client: object) -> None:

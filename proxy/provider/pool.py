@@ -1,5 +1,6 @@
-"""The proxy's own provider connections: one pooled ``httpx.AsyncClient`` per path that posts for itself
-(the fast path, ``fast/``; native passage, ``native_transport.py``), on litellm's own transport.
+"""The proxy's provider connections: one pooled ``httpx.AsyncClient`` per path that posts for itself
+(the fast path, ``fast/``; native passage, ``native_transport.py``), on litellm's own transport; and the
+one client litellm's OpenAI and Azure SDK routes post over (``PerLoopSdkClient``).
 
 Built as litellm's OpenAI route builds its client (``_get_async_http_client``): the transport
 ``AsyncHTTPHandler.create_async_transport`` makes with litellm's SSL settings (aiohttp's, unless the operator
@@ -14,25 +15,105 @@ with every later call to that host, another team's and another route's included.
 route's credentials and headers, nothing an earlier call left behind. litellm's own shared HTTP handler
 refuses them the same way (``blocked_cookie_jar``); the policy is the standard library's, so it holds
 whichever litellm is installed.
+
+The calls the fast path declines (an image part, a route's ``extra_headers``, a model litellm bridges to
+the Responses API) go through ``litellm.acompletion``, whose OpenAI and Azure routes wrap an SDK client
+around an httpx client litellm builds for them and caches by the route's key: every team's calls on a
+route share it, and litellm builds it with a cookie jar (its other handlers' clients refuse cookies as
+``litellm_client`` does; aiohttp's session under all of them keeps none). litellm takes the client those
+SDK routes wrap from ``litellm.aclient_session`` when it is set (its documented way to supply one, which
+its client cache never closes); ``install_sdk_session`` sets it to litellm's own client with the same
+cookie policy, one per event loop (``PerLoopSdkClient``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 
 import httpx
 
 
-def litellm_client(parts: Mapping[str, Any]) -> httpx.AsyncClient:
-    """A new pooled client on litellm's transport; ``parts``: the fast path's litellm surface
-    (``fast/surface.py``: ``AsyncHTTPHandler``, ``get_ssl_configuration``)."""
+def _keeps_no_cookies() -> CookieJar:
+    """A jar whose policy allows no domain: nothing is stored, nothing is sent (module docstring)."""
+    return CookieJar(DefaultCookiePolicy(allowed_domains=[]))
+
+
+def _litellm_transport(parts: Mapping[str, Any]) -> tuple[Any, httpx.AsyncBaseTransport]:
+    """litellm's SSL settings and the transport it makes with them."""
     ssl_config = parts["get_ssl_configuration"]()
     transport = parts["AsyncHTTPHandler"].create_async_transport(
         ssl_context=ssl_config if isinstance(ssl_config, ssl.SSLContext) else None,
         ssl_verify=ssl_config if isinstance(ssl_config, bool) else None,
     )
-    keeps_none = CookieJar(DefaultCookiePolicy(allowed_domains=[]))  # refuses every Set-Cookie (module docstring)
-    return httpx.AsyncClient(verify=ssl_config, transport=transport, follow_redirects=False, cookies=keeps_none)
+    return ssl_config, transport
+
+
+def litellm_client(parts: Mapping[str, Any]) -> httpx.AsyncClient:
+    """A new pooled client on litellm's transport; ``parts``: the fast path's litellm surface
+    (``fast/surface.py``: ``AsyncHTTPHandler``, ``get_ssl_configuration``)."""
+    ssl_config, transport = _litellm_transport(parts)
+    return httpx.AsyncClient(
+        verify=ssl_config, transport=transport, follow_redirects=False, cookies=_keeps_no_cookies()
+    )
+
+
+def sdk_route_client(parts: Mapping[str, Any]) -> httpx.AsyncClient:
+    """A client as litellm's OpenAI route builds the one its SDK clients wrap (``BaseOpenAILLM.
+    _get_async_http_client``, which hands back ``litellm.aclient_session`` instead once that is set):
+    its transport, SSL settings, environment proxies, redirects and HTTP/2 setting, and no cookies."""
+    ssl_config, transport = _litellm_transport(parts)
+    return httpx.AsyncClient(
+        verify=ssl_config,
+        transport=transport,
+        mounts=parts["AsyncHTTPHandler"].create_httpx_proxy_mounts(transport, verify=ssl_config, cert=None),
+        follow_redirects=True,
+        http2=parts["http2_enabled"](),
+        cookies=_keeps_no_cookies(),
+    )
+
+
+def install_sdk_session(litellm: Any, parts: Mapping[str, Any]) -> None:
+    """Set ``litellm.aclient_session`` to a ``PerLoopSdkClient`` (module docstring), once per process; a
+    session set by someone else (whoever embeds the proxy) is left as it is."""
+    if litellm.aclient_session is None:
+        litellm.aclient_session = PerLoopSdkClient(functools.partial(sdk_route_client, parts))
+
+
+class PerLoopSdkClient(httpx.AsyncClient):
+    """The client litellm's OpenAI and Azure SDK routes post over: on each event loop, one as litellm
+    builds it for them, with a jar that keeps no cookies (``sdk_route_client``).
+
+    One object for the process, as ``litellm.aclient_session`` must be, and one real client per event
+    loop behind it, as litellm keeps its own clients: a connection belongs to the loop that opened it, and
+    the apps of one process (the tests' servers) each run their own. The SDK builds a request on this
+    object (its jar adds no cookie) and sends it here; ``send`` hands it to the running loop's client.
+    ``aclose`` closes that loop's client only (an app shutting down, or litellm closing an SDK client);
+    the object itself stays usable for the process's life.
+    """
+
+    def __init__(self, make: Callable[[], httpx.AsyncClient]) -> None:
+        super().__init__(cookies=_keeps_no_cookies())
+        self._make = make
+        self._by_loop: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
+
+    async def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
+        return await self._loop_client().send(request, **kwargs)
+
+    async def aclose(self) -> None:
+        client = self._by_loop.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
+
+    def _loop_client(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        client = self._by_loop.get(loop)
+        if client is None:
+            for gone in [known for known in self._by_loop if known.is_closed()]:
+                self._by_loop.pop(gone, None)  # an app that stopped without closing: its loop is gone
+            client = self._by_loop[loop] = self._make()
+        return client

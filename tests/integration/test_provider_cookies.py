@@ -1,10 +1,15 @@
 """A provider's cookies stay with the call they came on (issue 41: safe for many teams).
 
 The proxy posts every team's calls over one pooled client per path (``proxy/provider/pool.py``: the fast
-path and native passage). A client that keeps cookies, as httpx's does by default, would send what a
-provider set on one team's answer (a load balancer's affinity, a gateway's login session) with every later
-call to that host, another team's included. The stand-in here sets a cookie on every answer and records
-the ``Cookie`` header of every request; the official SDKs are the clients, over real HTTP.
+path, native passage, and the client litellm's OpenAI and Azure SDK routes wrap for the calls the fast
+path declines). A client that keeps cookies, as httpx's does by default, would send what a provider set on
+one team's answer (a load balancer's affinity, a gateway's login session) with every later call to that
+host, another team's included. The stand-in here sets a cookie on every answer and records the ``Cookie``
+header of every request; the official SDKs are the clients, over real HTTP.
+
+The stand-in is addressed as ``localhost``, not ``127.0.0.1``: aiohttp's cookie jar (under litellm's
+transport) stores no cookie of a host given as an IP address, so a test at an IP address could not see a
+jar kept there.
 """
 
 from __future__ import annotations
@@ -77,7 +82,14 @@ class CookieSettingProvider:
 def provider() -> Iterator[tuple[CookieSettingProvider, str]]:
     stand_in = CookieSettingProvider()
     with serve_in_thread(stand_in.app()) as url:
-        yield stand_in, url
+        yield stand_in, url.replace("127.0.0.1", "localhost")  # module docstring
+
+
+# A 1x1 PNG: an image part is one thing the fast path declines, so the call goes through acompletion.
+IMAGE = (
+    "data:image/png;base64,"
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+)
 
 
 def _proxy(tmp_path: Path, url: str) -> Any:
@@ -95,7 +107,25 @@ def _team_key(proxy: str, team: str) -> str:
     return key
 
 
-@pytest.mark.parametrize("api", ["chat", "messages"])
+def _chat_turn(proxy: str, key: str, model: str, team: str, image: bool) -> None:
+    text = f"{team}'s turn"
+    content: Any = text
+    if image:
+        content = [{"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": IMAGE}}]
+    with openai.OpenAI(base_url=f"{proxy}/v1", api_key=key, max_retries=0) as chat:
+        answer = chat.chat.completions.create(model=model, messages=[{"role": "user", "content": content}])
+    assert answer.choices[0].message.content == "ok"
+
+
+@pytest.mark.parametrize(
+    "api",
+    [
+        "chat",  # the fast path
+        "messages",  # native passage
+        "chat-sdk-route",  # acompletion: litellm's OpenAI route, an SDK client around litellm's httpx client
+        "chat-anthropic-route",  # acompletion: litellm's Anthropic handler and its own HTTP client
+    ],
+)
 def test_a_cookie_a_provider_set_on_one_teams_call_never_goes_with_another_call(
     provider: tuple[CookieSettingProvider, str], tmp_path: Path, api: str
 ) -> None:
@@ -103,16 +133,27 @@ def test_a_cookie_a_provider_set_on_one_teams_call_never_goes_with_another_call(
     with _proxy(tmp_path, url) as proxy:
         for team in ("alpha", "beta", "alpha"):
             key = _team_key(proxy, team)
-            if api == "chat":  # the fast path
-                with openai.OpenAI(base_url=f"{proxy}/v1", api_key=key, max_retries=0) as chat:
-                    answer = chat.chat.completions.create(
-                        model="chat-model", messages=[{"role": "user", "content": f"{team}'s turn"}]
-                    )
-                assert answer.choices[0].message.content == "ok"
+            if api.startswith("chat"):
+                model = "claude" if api == "chat-anthropic-route" else "chat-model"
+                _chat_turn(proxy, key, model, team, image=api != "chat")
             else:  # native passage: the client's own API to an anthropic/ route
                 with anthropic.Anthropic(base_url=proxy, api_key=key, max_retries=0) as messages:
                     reply = messages.messages.create(
                         model="claude", max_tokens=100, messages=[{"role": "user", "content": f"{team}'s turn"}]
                     )
                 assert reply.content[0].text == "ok"  # type: ignore[union-attr]
+    assert stand_in.cookies_received == [None, None, None]
+
+
+def test_the_sdk_routes_client_outlives_an_app_that_shuts_down(
+    provider: tuple[CookieSettingProvider, str], tmp_path: Path
+) -> None:
+    """The cookie-free client litellm's SDK routes wrap is the process's: an app that shuts down while
+    another serves (two servers in one process, as in the tests) leaves it open for the other."""
+    stand_in, url = provider
+    with _proxy(tmp_path / "first", url) as first:
+        _chat_turn(first, _team_key(first, "alpha"), "chat-model", "alpha", image=True)
+        with _proxy(tmp_path / "second", url) as second:
+            _chat_turn(second, _team_key(second, "beta"), "chat-model", "beta", image=True)
+        _chat_turn(first, _team_key(first, "alpha"), "chat-model", "alpha", image=True)
     assert stand_in.cookies_received == [None, None, None]

@@ -27,6 +27,7 @@ LITELLM_SURFACE: dict[str, tuple[str, ...]] = {
     "litellm.litellm_core_utils.exception_mapping_utils": ("exception_type",),
     "litellm.litellm_core_utils.url_utils": ("ensure_api_route",),
     "litellm.llms.openai.common_utils": (
+        "BaseOpenAILLM",  # its SDK routes' HTTP client, which ``pool.SdkSession`` builds with it
         "OpenAIError",
         "build_output_token_limit_response",
         "is_output_token_limit_error",
@@ -39,8 +40,14 @@ LITELLM_SURFACE: dict[str, tuple[str, ...]] = {
     "litellm.llms.anthropic.chat.transformation": ("ANTHROPIC_TOOL_NAME_REVERSE_MAP_KEY", "AnthropicConfig"),
     "litellm.llms.anthropic.common_utils": ("AnthropicError", "process_anthropic_headers"),
     # the connection pool: litellm's own transport (aiohttp unless disabled) and SSL settings, as the
-    # OpenAI route's ``_get_async_http_client`` builds them
-    "litellm.llms.custom_httpx.http_handler": ("AsyncHTTPHandler", "MaskedHTTPStatusError", "get_ssl_configuration"),
+    # OpenAI route's ``_get_async_http_client`` builds them (``pool.py``: for the fast path, native passage,
+    # and the SDK routes' client, which also takes litellm's proxy mounts and HTTP/2 setting)
+    "litellm.llms.custom_httpx.http_handler": (
+        "AsyncHTTPHandler",
+        "MaskedHTTPStatusError",
+        "get_ssl_configuration",
+        "http2_enabled",
+    ),
     "litellm.anthropic_beta_headers_manager": ("update_request_with_filtered_beta",),
     "litellm.anthropic_beta_gated_fields": ("strip_beta_gated_request_body",),
     # streams (``streaming.py``): the OpenAI handler's stream options, litellm's stream wrapper, and
