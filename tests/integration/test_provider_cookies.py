@@ -127,9 +127,10 @@ def _chat_turn(proxy: str, key: str, model: str, team: str, image: bool) -> None
     ],
 )
 def test_a_cookie_a_provider_set_on_one_teams_call_never_goes_with_another_call(
-    provider: tuple[CookieSettingProvider, str], tmp_path: Path, api: str
+    provider: tuple[CookieSettingProvider, str], tmp_path: Path, api: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stand_in, url = provider
+    through_acompletion = _count_acompletion(monkeypatch)
     with _proxy(tmp_path, url) as proxy:
         for team in ("alpha", "beta", "alpha"):
             key = _team_key(proxy, team)
@@ -143,6 +144,23 @@ def test_a_cookie_a_provider_set_on_one_teams_call_never_goes_with_another_call(
                     )
                 assert reply.content[0].text == "ok"  # type: ignore[union-attr]
     assert stand_in.cookies_received == [None, None, None]
+    # each case took the path it names (an image part sends a call through acompletion)
+    assert len(through_acompletion) == (3 if api.endswith("-route") else 0)
+
+
+def _count_acompletion(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The models of the calls that go through ``litellm.acompletion`` (the real one, counted)."""
+    import litellm
+
+    models: list[str] = []
+    real = litellm.acompletion
+
+    async def counted(**arguments: Any) -> Any:
+        models.append(arguments["model"])
+        return await real(**arguments)
+
+    monkeypatch.setattr(litellm, "acompletion", counted)
+    return models
 
 
 def test_the_sdk_routes_client_outlives_an_app_that_shuts_down(
