@@ -280,9 +280,11 @@ class ProviderStream(AsyncIterator[dict[str, Any]]):
 
 
 def _usage_reported(upstream: Any) -> bool:
-    """Whether the provider itself sent a usage: litellm keeps the provider's chunks (``chunks``), its own
-    made-up usage is only in the chunk it synthesizes at the end."""
-    return any(getattr(chunk, "usage", None) is not None for chunk in getattr(upstream, "chunks", None) or ())
+    """Whether the provider itself sent a usage: litellm keeps the provider's chunks (``chunks``, a list),
+    its own made-up usage is only in the chunk it synthesizes at the end. Read from the end, where a
+    provider puts its usage: a long answer's hundred chunks are not walked to find it."""
+    chunks = getattr(upstream, "chunks", None) or []
+    return any(getattr(chunk, "usage", None) is not None for chunk in reversed(chunks))
 
 
 async def _relay(
