@@ -27,7 +27,6 @@ LITELLM_SURFACE: dict[str, tuple[str, ...]] = {
     "litellm.litellm_core_utils.exception_mapping_utils": ("exception_type",),
     "litellm.litellm_core_utils.url_utils": ("ensure_api_route",),
     "litellm.llms.openai.common_utils": (
-        "BaseOpenAILLM",  # its SDK routes' HTTP client, which ``pool.SdkSession`` builds with it
         "OpenAIError",
         "build_output_token_limit_response",
         "is_output_token_limit_error",
