@@ -229,8 +229,8 @@ class SqliteSessionStore:
         hashes = rc.given_or_computed(context_id, messages, chain_hashes, self._hash_memo)
 
         def work(conn: sqlite3.Connection) -> TurnStart:
-            for pending in calibration_updates:
-                calibrations.update(conn, pending, _now())
+            # The route's calibration as these updates leave it is their value: not read back (as PostgreSQL's).
+            updated = {pending.route_key: calibrations.update(conn, pending, _now()) for pending in calibration_updates}
             reconciliation = _reconcile(conn, context_id, scope, messages, hashes)
             turn = _next_turn(conn, context_id)
             chain = rc.view_chain(hashes)
@@ -241,7 +241,9 @@ class SqliteSessionStore:
                 branch = rc.branch_count(hashes, found.get(branch_counter) or {})
                 _put_state(conn, context_id, hashes[-1], branch_counter, branch.number)
             view = rc.branch_view(chain, found, channels, _checkpoints(conn, context_id))
-            stored = calibrations.read(conn, calibration) if calibration is not None else None
+            stored = None
+            if calibration is not None:
+                stored = updated[calibration] if calibration in updated else calibrations.read(conn, calibration)
             return TurnStart(reconciliation, turn, view, branch, stored)
 
         return await self._w().write(work)
