@@ -23,7 +23,7 @@ from proxy.provider.error_translation import translate_provider_error
 from proxy.provider.fast.messages import copied_messages
 from proxy.provider.native_transport import NativeTransport
 from proxy.provider.overflow import OverflowHints
-from proxy.provider.pool import install_sdk_session
+from proxy.provider.pool import PerLoopSdkClient, install_sdk_session
 from proxy.provider.serialize import StreamSerializer, response_to_openai
 
 if TYPE_CHECKING:
@@ -45,14 +45,15 @@ class LiteLLMBackend:
         logging.getLogger("LiteLLM").setLevel(logging.WARNING)  # not one INFO line per call
         from proxy.provider.fast.surface import load
 
-        install_sdk_session(litellm, load())  # acompletion's OpenAI and Azure calls keep no cookies either
+        self._parts = load()  # the litellm pieces the fast path, native passage and the SDK routes' client use
+        install_sdk_session(litellm, self._parts)  # acompletion's OpenAI and Azure calls keep no cookies either
         self._litellm = litellm
         self._timeout = timeout_seconds
         self._fast: FastPath | None = None
         if fast_path:
             from proxy.provider.fast import FastPath
 
-            self._fast = FastPath(litellm)
+            self._fast = FastPath(litellm, self._parts)
         self._native: NativeTransport | None = None  # made on the first native call
 
     async def aclose(self) -> None:
@@ -169,9 +170,7 @@ class LiteLLMBackend:
 
     def _transport(self) -> NativeTransport:
         if self._native is None:
-            from proxy.provider.fast.surface import load
-
-            self._native = NativeTransport(self._litellm, load(), self._timeout)
+            self._native = NativeTransport(self._litellm, self._parts, self._timeout)
         return self._native
 
 
@@ -208,8 +207,8 @@ async def close_loop_clients(litellm: Any) -> None:
         client = cache.cache_dict.pop(key, None)
         cache.ttl_dict.pop(key, None)
         await _close_client(client)
-    if litellm.aclient_session is not None:  # its SDK clients close it when this loop has some; else here
-        await _close_client(litellm.aclient_session)
+    if isinstance(litellm.aclient_session, PerLoopSdkClient):  # ours; one an embedder set is theirs to close
+        await litellm.aclient_session.aclose()  # this loop's client (its SDK clients above may have closed it)
 
 
 async def _close_client(client: object) -> None:

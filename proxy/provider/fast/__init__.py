@@ -41,7 +41,6 @@ from typing import Any
 
 import httpx
 
-from proxy.provider.fast import surface
 from proxy.provider.fast.anthropic import AnthropicAdapter
 from proxy.provider.fast.azure import AzureAdapter
 from proxy.provider.fast.base import Adapter
@@ -66,8 +65,8 @@ class FastCall:
 class FastPath:
     """Serves the calls some provider adapter accepts, over one pool of provider connections."""
 
-    def __init__(self, litellm: Any) -> None:
-        parts = surface.load()
+    def __init__(self, litellm: Any, parts: dict[str, Any]) -> None:
+        """``parts``: ``surface.load()``'s answer (the backend loads it once for every path)."""
         adapters: list[Adapter] = [
             OpenAIAdapter(litellm, parts),
             AzureAdapter(litellm, parts),
