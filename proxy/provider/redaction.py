@@ -119,10 +119,10 @@ def _masked_pairs(text: str) -> str:
     return urlencode([(name, REDACTED if is_credential_name(name) else item) for name, item in pairs], safe="*")
 
 
+# One search per header name (every turn's headers are filtered for its contributors).
+_CREDENTIAL_HEADER = re.compile("|".join(map(re.escape, _CREDENTIAL_HEADER_PARTS)))
+
+
 def without_credentials(headers: Mapping[str, str]) -> dict[str, str]:
     """The request's headers without those carrying credentials: what a contributor sees and a recording keeps."""
-    return {
-        name: value
-        for name, value in headers.items()
-        if not any(part in name.lower() for part in _CREDENTIAL_HEADER_PARTS)
-    }
+    return {name: value for name, value in headers.items() if not _CREDENTIAL_HEADER.search(name.lower())}

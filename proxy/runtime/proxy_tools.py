@@ -98,6 +98,8 @@ class ProxyToolbox:
     def __init__(self, reader: ReadToolOutput, contributed: Sequence[ProxyTool] = ()) -> None:
         self._reader = reader
         self._tools: dict[str, ProxyTool] = {reader.name: reader, **{tool.name: tool for tool in contributed}}
+        # Found once: an isinstance check against a runtime-checkable protocol costs microseconds per tool and turn.
+        self._gates = [tool for tool in self._tools.values() if isinstance(tool, ClientToolGate)]
 
     @property
     def reader(self) -> ReadToolOutput:
@@ -107,9 +109,8 @@ class ProxyToolbox:
     def withheld(self, context: ToolContext) -> frozenset[str]:
         """Client tools a proxy tool keeps out of this call's offer (deferred tools not yet promoted)."""
         names: set[str] = set()
-        for tool in self._tools.values():
-            if isinstance(tool, ClientToolGate):
-                names |= tool.withheld(context)
+        for gate in self._gates:
+            names |= gate.withheld(context)
         return frozenset(names)
 
     def session_tools(self, client_tools: Sequence[Mapping[str, Any]]) -> dict[str, ProxyTool]:

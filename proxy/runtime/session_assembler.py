@@ -95,6 +95,7 @@ class SessionAssembler:
         retry_after = view.value(SUMMARY_RETRY_AFTER)
         may_summarize = request.forced or retry_after is None or len(history) >= retry_after
         summarizer = ModelSummarizer(self._backend, self._summary_route(request.route))
+        nonce = session_nonce(self._framing_secret, context_id)
         output = await self._pipeline.assemble(
             AssemblyInput(
                 scope=request.identity.scope,
@@ -105,7 +106,7 @@ class SessionAssembler:
                 tools=tools,
                 reader=self._toolbox.session_name(READ_TOOL_OUTPUT, context.client_tools) or READ_TOOL_OUTPUT,
                 limit=limits.effective_input_tokens,
-                nonce=session_nonce(self._framing_secret, context_id),
+                nonce=nonce,
                 metadata=_mapping(request.body.get("metadata")),
                 headers=without_credentials(request.headers),
                 state=context.state,
@@ -140,7 +141,7 @@ class SessionAssembler:
             record=record,
             proxy_tools=frozenset(tool.name for tool in proxy_tools) & {tool_name(tool) for tool in output.tools},
             visible_history=tuple(output.visible_history),  # copied where a proxy step reads it
-            cache_breakpoints=_stable_ends(output.messages, session_nonce(self._framing_secret, context_id)),
+            cache_breakpoints=_stable_ends(output.messages, nonce),
         )
 
     def _tool_context(
