@@ -98,14 +98,14 @@ async def collect_detailed(
     # its own cost more than its work, and a timeout could not interrupt code that never awaits anyway.
     contributors = list(registry)
     # One request per distinct options object: the contributors without options of their own share one
-    # (``dataclasses.replace`` is most of what starting a run costs, and the request is read-only).
+    # (the request is read-only).
     by_options: dict[int, ContributionRequest] = {}
     requests = []
     for contributor in contributors:
         options = registry.options_of(contributor.id)
         shared = by_options.get(id(options))
         if shared is None:
-            shared = by_options[id(options)] = dataclasses.replace(request, options=options)
+            shared = by_options[id(options)] = request.with_options(options)
         requests.append(shared)
     inline = [bool(c.runs_inline) for c in contributors]  # bool(): a package's value, as typed as it made it
     concurrent = asyncio.gather(

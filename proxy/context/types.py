@@ -128,6 +128,16 @@ class ContributionRequest:
         if isinstance(self.options, Mapping) and not isinstance(self.options, MappingProxyType):
             object.__setattr__(self, "options", _frozen_map(self.options))
 
+    def with_options(self, options: Any) -> ContributionRequest:
+        """This request with ``options`` as its contributor's own (what the collector hands each contributor).
+        The other fields are already read-only views and are shared, not made again: ``dataclasses.replace``
+        ran ``__init__`` and ``__post_init__`` over every field, most of what starting a contributor's run cost."""
+        if isinstance(options, Mapping) and not isinstance(options, MappingProxyType):
+            options = _frozen_map(options)
+        request = object.__new__(type(self))
+        request.__dict__.update(self.__dict__, options=options)
+        return request
+
 
 # Message-budget priorities (lower first). The proxy's run-state projections that must survive a long
 # list (the plan, the notice that a skill left the context) sit below what any package may declare.

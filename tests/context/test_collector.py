@@ -1,6 +1,7 @@
 """collect_detailed: concurrent, time-bounded, validated, traced."""
 
 import asyncio
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -209,6 +210,21 @@ def test_request_is_read_only() -> None:
     with pytest.raises(TypeError):
         request.state["plan"] = None  # type: ignore[index]
     assert isinstance(request.history, tuple)
+
+
+def test_a_request_with_options_is_the_request_replaced_and_stays_read_only() -> None:
+    request = ContributionRequest(
+        scope="main", context_id="c", state={"plan": {"steps": 1}}, history=[{"role": "user"}], turn=3
+    )
+    tuned = request.with_options({"depth": 2})
+    assert tuned == dataclasses.replace(request, options={"depth": 2})
+    assert dict(request.options) == {}  # the original keeps its own
+    with pytest.raises(TypeError):
+        tuned.options["depth"] = 3  # type: ignore[index]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        tuned.turn = 4  # type: ignore[misc]
+    model = object()  # a validated options model is handed over as it is
+    assert request.with_options(model).options is model
 
 
 async def test_contributors_without_options_share_one_request_and_one_with_options_gets_its_own() -> None:
