@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,9 +143,15 @@ def scripted_provider(
 
 @contextmanager
 def our_proxy(
-    scratch: Path, config: Path, mode: str, extra_env: Mapping[str, str] | None = None, name: str | None = None
+    scratch: Path,
+    config: Path,
+    mode: str,
+    extra_env: Mapping[str, str] | None = None,
+    name: str | None = None,
+    launcher: Sequence[str] | None = None,
 ) -> Iterator[Server]:
-    """``python -m proxy serve`` in ``mode`` with its own data dir, exactly as operators start it."""
+    """``python -m proxy serve`` in ``mode`` with its own data dir, exactly as operators start it; ``launcher``:
+    what runs the CLI instead of ``python -m proxy`` (``scripts/turn_stages.py`` times its stages)."""
     port = free_port()
     label = name or f"proxy-{mode}"
     data_dir = scratch / f"data-{label}"
@@ -156,7 +162,7 @@ def our_proxy(
         **(extra_env or {}),
     }
     # Errors only, as the litellm proxy runs here (LITELLM_LOG=ERROR): neither writes a line per request.
-    command = [sys.executable, "-m", "proxy", "serve", "--config", str(config), "--port", str(port)]
+    command = [*(launcher or (sys.executable, "-m", "proxy")), "serve", "--config", str(config), "--port", str(port)]
     command += ["--log-level", "error"]
     with _serve(label, command, env, port, scratch) as server:
         yield server
