@@ -302,7 +302,21 @@ class CachingEstimator:
 
     def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
         """Cached by a digest of the tools' JSON with sorted keys."""
-        return self._cached(_TOOLS + _tools_digest(tools), lambda: self.inner.count_tools(tools))
+        return self.count_tools_by(self.tools_key(tools), tools)
+
+    def tools_key(self, tools: Sequence[Mapping[str, Any]]) -> bytes:
+        """The key ``count_tools`` caches ``tools``' count under."""
+        return _TOOLS + _tools_digest(tools)
+
+    def tools_key_after(self, prefix_key: bytes, rest: Sequence[Mapping[str, Any]]) -> bytes:
+        """A key of the tools ``prefix_key`` names followed by ``rest``, made from ``prefix_key`` without
+        digesting those tools again. Equal keys mean equal lists, as ``tools_key``'s do; the same list keyed
+        both ways is merely cached twice."""
+        return _TOOLS_AFTER + memo_digest(prefix_key + _tools_digest(rest))
+
+    def count_tools_by(self, key: bytes, tools: Sequence[Mapping[str, Any]]) -> int:
+        """``tools``' count, cached under ``key`` (``tools_key`` or ``tools_key_after`` of them)."""
+        return self._cached(key, lambda: self.inner.count_tools(tools))
 
     def _cached(self, key: bytes, compute: Callable[[], int]) -> int:
         cached = self._cache.get(key)
@@ -323,8 +337,9 @@ class CachingEstimator:
 
 
 # Key prefixes: message digests start with b"f" or b"c" (see message_digest), so the spaces never meet;
-# chain hashes are str keys, never equal to a bytes key.
-_TEXT, _TOOLS = b"t", b"T"
+# chain hashes are str keys, never equal to a bytes key. Tool lists: b"T" their digest, b"A" a known list's
+# key and the digest of what follows it (``tools_key_after``).
+_TEXT, _TOOLS, _TOOLS_AFTER = b"t", b"T", b"A"
 
 
 def _is_chain_hash(name: str) -> bool:

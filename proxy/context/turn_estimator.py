@@ -59,6 +59,9 @@ class TurnEstimator:
         self._unindexed: list[_Batch] = []
         # ids of the tools' functions -> (the tools, their base count): see ``count_tools``
         self._tools: dict[tuple[int, ...], tuple[tuple[Mapping[str, Any], ...], int]] = {}
+        # The client's own tools (``name_tools``) and, once made, the shared cache's key of them
+        self._client_tools: tuple[Mapping[str, Any], ...] = ()
+        self._client_tools_key: bytes | None = None
         # ids of a counted message sequence -> (the messages, their contents, base counts): see ``base_counts``
         self._sequences: dict[tuple[int, ...], _CountedSequence] = {}
         # base counts of a sequence -> its scaled counts: see ``counts``
@@ -141,9 +144,31 @@ class TurnEstimator:
         seen = self._tools.get(key)
         if seen is not None and len(seen[0]) == len(tools) and all(map(_same_fields, seen[0], tools)):
             return seen[1]
-        count = self.inner.count_tools(tools)
+        count = self._count_tools(tools)
         self._tools[key] = (tuple(tools), count)  # holds the tools: their ids stay theirs
         return count
+
+    def name_tools(self, tools: Sequence[Mapping[str, Any]]) -> None:
+        """The client's own tools, as its request holds them: a list that starts with them (or their shallow
+        copies) is counted by their key in the shared cache and a key of the rest, so the client's schemas
+        (30 KB for an agent's two dozen tools) are digested once a turn, not once for the client's list (the
+        trace's and the metrics' client tokens) and again for the assembly's (the same tools, then the proxy's)."""
+        if type(self.inner) is CachingEstimator:
+            self._client_tools, self._client_tools_key = tuple(tools), None
+
+    def _count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
+        client = self._client_tools
+        cache = self.inner
+        if not client or len(tools) < len(client) or not isinstance(cache, CachingEstimator):
+            return self.inner.count_tools(tools)
+        if not all(map(_same_fields, client, tools)):  # not the client's tools first (some withheld, say)
+            return self.inner.count_tools(tools)
+        if self._client_tools_key is None:
+            self._client_tools_key = cache.tools_key(client)
+        key = self._client_tools_key
+        if len(tools) > len(client):
+            key = cache.tools_key_after(key, tools[len(client) :])
+        return cache.count_tools_by(key, tools)
 
     def counts(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
         """``count_message`` of each of ``messages``, in one pass (see ``base_counts``)."""

@@ -115,11 +115,13 @@ class TokenCalibrator:
         stored: Any | None,
         messages: Sequence[Mapping[str, Any]] = (),
         chain_hashes: Sequence[str] = (),
+        tools: Sequence[Mapping[str, Any]] = (),
     ) -> TokenAccounting:
         """How this route's next turn counts, given its ``stored`` calibration (read by the caller, e.g. with
         the turn's ``begin_turn``): a new per-turn memo over the route's cached counter, with the client's
         ``messages`` named by their ``chain_hashes``, so the resent history is looked up by name by every
-        count of the turn (assembly, trace, calibration sample) and each message is counted once."""
+        count of the turn (assembly, trace, calibration sample) and each message is counted once; and the
+        client's ``tools`` named, so their schemas are digested once (``TurnEstimator.name_tools``)."""
         base = self.base(route)
         if base is None:
             accounting = TokenAccounting(TurnEstimator(self._conservative), "conservative")
@@ -134,6 +136,7 @@ class TokenCalibrator:
                 correction,
             )
         accounting.estimator.name_messages(messages, chain_hashes)
+        accounting.estimator.name_tools(tools)
         return accounting
 
     async def observe(

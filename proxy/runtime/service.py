@@ -262,7 +262,9 @@ class TurnService:
             start.turn,
             branch=None if start.branch is None else BranchTurn(start.branch.number, start.branch.parent),
             ingress=ingress,
-            tokens=self.calibrator.accounting_with(route, start.calibration, body["messages"], hashes),
+            tokens=self.calibrator.accounting_with(
+                route, start.calibration, body["messages"], hashes, _client_tools(body)
+            ),
             view=start.view,
         )
 
@@ -393,3 +395,9 @@ class TurnService:
                 limit=overflow.limit,
                 provider_message=overflow.provider_message,
             ) from failed
+
+
+def _client_tools(body: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
+    """The request's own tools, for the turn's counter to know them by (``TurnEstimator.name_tools``)."""
+    tools = body.get("tools")
+    return tools if isinstance(tools, list) and all(type(tool) is dict for tool in tools) else ()

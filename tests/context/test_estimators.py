@@ -590,6 +590,66 @@ def test_a_turn_counts_its_tools_once_for_the_list_and_its_shallow_copies() -> N
     assert ToolCounting.calls == 4
 
 
+def record_tool_digests(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """From now on, how many tools each list the cache digests holds."""
+    sizes: list[int] = []
+    real = estimators._tools_digest
+
+    def recording(tools: Any) -> bytes:
+        sizes.append(len(tools))
+        return real(tools)
+
+    monkeypatch.setattr(estimators, "_tools_digest", recording)
+    return sizes
+
+
+def agent_tools(count: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {"name": f"tool_{i}", "description": "d" * 50, "parameters": {"type": "object"}},
+        }
+        for i in range(count)
+    ]
+
+
+def test_the_clients_tools_are_digested_once_a_turn_also_when_the_assembly_adds_the_proxys(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The trace's client tokens count the client's list; the assembly counts copies of it with the proxy's
+    # schema after them. Both are counted right, and the client's 24 schemas are digested once.
+    cache = CachingEstimator(ConservativeTokenEstimator())
+    reader = {"type": "function", "function": {"name": "read_tool_output", "parameters": {"type": "object"}}}
+    digested = record_tool_digests(monkeypatch)
+    for turn_number in range(2):
+        client = agent_tools(24)  # decoded anew every turn
+        assembly = [*(dict(tool) for tool in client), reader]
+        turn = TurnEstimator(cache, 1.2)
+        turn.name_tools(client)
+        assert turn.count_tools(assembly) == math.ceil(ESTIMATOR.count_tools(assembly) * 1.2)
+        assert turn.count_tools(client) == math.ceil(ESTIMATOR.count_tools(client) * 1.2)
+        assert digested == [24, 1] * (turn_number + 1)
+    assert cache.misses == 2 and cache.hits == 2  # the second turn found both lists under the same keys
+    # A list that does not start with the client's tools (one withheld) is digested whole, and right.
+    client = agent_tools(24)
+    turn = TurnEstimator(cache)
+    turn.name_tools(client)
+    offered = [*(dict(tool) for tool in client[1:]), reader]
+    assert turn.count_tools(offered) == ESTIMATOR.count_tools(offered)
+    assert digested[-1] == 24
+    # A changed schema in the client's list is a new list, not the one its key named last turn.
+    changed = agent_tools(24)
+    changed[5]["function"]["description"] = "changed"
+    turn = TurnEstimator(cache)
+    turn.name_tools(changed)
+    assembly = [*(dict(tool) for tool in changed), reader]
+    assert (
+        turn.count_tools(assembly)
+        == ESTIMATOR.count_tools(assembly)
+        != ESTIMATOR.count_tools([*agent_tools(24), reader])
+    )
+
+
 def test_the_cache_knows_tools_by_their_content_whatever_their_key_order_or_odd_text() -> None:
     cache = CachingEstimator(FixedEstimator())  # type: ignore[arg-type]
     tools = [{"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}]
