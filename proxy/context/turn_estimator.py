@@ -153,16 +153,19 @@ class TurnEstimator:
         copies) is counted by their key in the shared cache and a key of the rest, so the client's schemas
         (30 KB for an agent's two dozen tools) are digested once a turn, not once for the client's list (the
         trace's and the metrics' client tokens) and again for the assembly's (the same tools, then the proxy's)."""
-        if type(self.inner) is CachingEstimator:
-            self._client_tools, self._client_tools_key = tuple(tools), None
+        self._client_tools, self._client_tools_key = tuple(tools), None
 
     def _count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
-        client = self._client_tools
-        cache = self.inner
-        if not client or len(tools) < len(client) or not isinstance(cache, CachingEstimator):
-            return self.inner.count_tools(tools)
-        if not all(map(_same_fields, client, tools)):  # not the client's tools first (some withheld, say)
-            return self.inner.count_tools(tools)
+        client, cache = self._client_tools, self.inner
+        # Counted whole without the shared cache, or where the list does not start with the client's tools
+        # (some withheld, say).
+        if (
+            not client
+            or not isinstance(cache, CachingEstimator)
+            or len(tools) < len(client)
+            or not all(map(_same_fields, client, tools))
+        ):
+            return cache.count_tools(tools)
         if self._client_tools_key is None:
             self._client_tools_key = cache.tools_key(client)
         key = self._client_tools_key
