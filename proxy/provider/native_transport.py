@@ -23,7 +23,7 @@ from proxy.kernel.errors import ProviderError, ProxyError
 from proxy.kernel.jsonio import dumps
 from proxy.kernel.route_api import Api
 from proxy.provider.error_translation import translate_provider_error
-from proxy.provider.pool import litellm_client
+from proxy.provider.pool import PooledClient, litellm_client
 
 _ANTHROPIC_BASE = "https://api.anthropic.com"
 _OPENAI_BASE = "https://api.openai.com/v1"
@@ -38,7 +38,7 @@ class NativeTransport:
         self._litellm = litellm
         self._parts = parts
         self._timeout = timeout_seconds
-        self._client: httpx.AsyncClient | None = None
+        self._client: PooledClient | None = None
 
     async def aclose(self) -> None:
         """Close the pooled connections."""
@@ -52,7 +52,7 @@ class NativeTransport:
         """The provider's answer to ``body``, as it sent it."""
         url, sent, timeout = self._call(api, headers, route)
         try:
-            response = await self._pool().post(url, content=dumps(body), headers=sent, timeout=timeout)
+            response = await self._pool().post_bytes(url, dumps(body), sent, timeout)
             if response.status_code >= 400:
                 raise self._mapped(api, route, response.status_code, response.text, response.headers)
             answer = response.json()
@@ -70,10 +70,9 @@ class NativeTransport:
         """The provider's stream of events for ``body`` (which asks for one), read up to its first event so
         that a refused request is still an HTTP error."""
         url, sent, timeout = self._call(api, headers, route)
-        request = self._pool().build_request("POST", url, content=dumps(body), headers=sent, timeout=timeout)
         response: httpx.Response | None = None
         try:
-            response = await self._pool().send(request, stream=True)
+            response = await self._pool().post_bytes(url, dumps(body), sent, timeout, stream=True)
             if response.status_code >= 400:
                 text = (await response.aread()).decode("utf-8", errors="replace")
                 raise self._mapped(api, route, response.status_code, text, response.headers)
@@ -90,7 +89,7 @@ class NativeTransport:
             raise translate_provider_error(exc, secrets=_secrets(route)) from exc
         return _relay(first, events, response, route)
 
-    def _pool(self) -> httpx.AsyncClient:
+    def _pool(self) -> PooledClient:
         if self._client is None:
             self._client = litellm_client(self._parts)  # litellm's own transport (``provider/pool.py``)
         return self._client

@@ -474,8 +474,9 @@ async def test_a_fast_call_leaves_no_cycle_holding_the_request_body(provider) ->
     import httpx
 
     from proxy.provider.fast.base import post_json
+    from proxy.provider.pool import litellm_client
 
-    async with httpx.AsyncClient() as client:
+    async with litellm_client(load()) as client:
         url = provider.add(body=ANSWER) + "/chat/completions"
         body = {"model": "scripted", "messages": [{"role": "user", "content": "x" * 100_000}]}
         await post_json(client, url, body, {}, 10.0)  # the pool's connection exists from now on

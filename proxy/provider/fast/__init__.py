@@ -39,15 +39,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from proxy.provider.fast.anthropic import AnthropicAdapter
 from proxy.provider.fast.azure import AzureAdapter
 from proxy.provider.fast.base import Adapter
 from proxy.provider.fast.messages import MessageScan
 from proxy.provider.fast.openai import OpenAIAdapter
 from proxy.provider.fast.surface import LITELLM_SURFACE
-from proxy.provider.pool import litellm_client
+from proxy.provider.pool import PooledClient, litellm_client
 
 __all__ = ["LITELLM_SURFACE", "FastCall", "FastPath"]
 
@@ -74,7 +72,7 @@ class FastPath:
         ]
         self._adapters = {f"{adapter.provider}/": adapter for adapter in adapters}
         self._parts = parts
-        self._client: httpx.AsyncClient | None = None  # made on first use: a backend built only to read
+        self._client: PooledClient | None = None  # made on first use: a backend built only to read
         # the model map (start-up checks) opens no pool
 
     async def aclose(self) -> None:
@@ -104,7 +102,7 @@ class FastPath:
         for it, or a litellm exception (``streaming.py``)."""
         return await call.adapter.stream(self._pool(), call.llm_input, float(timeout), call.scan)
 
-    def _pool(self) -> httpx.AsyncClient:
+    def _pool(self) -> PooledClient:
         if self._client is None:
             self._client = litellm_client(self._parts)  # litellm's own transport (``provider/pool.py``)
         return self._client

@@ -18,6 +18,7 @@ import httpx
 from proxy.provider.fast.base import Adapter, Prepared, post_json
 from proxy.provider.fast.messages import MessageScan
 from proxy.provider.fast.streaming import StreamChunks
+from proxy.provider.pool import PooledClient
 
 # What Anthropic's parameter mapping takes without dropping or refusing; the rest goes to acompletion.
 _ANTHROPIC_PARAMS = (
@@ -63,9 +64,7 @@ class AnthropicAdapter(Adapter):
         )
         return type(config) is p["AnthropicConfig"]
 
-    async def complete(
-        self, client: httpx.AsyncClient, llm_input: dict[str, Any], timeout: float, scan: MessageScan
-    ) -> Any:
+    async def complete(self, client: PooledClient, llm_input: dict[str, Any], timeout: float, scan: MessageScan) -> Any:
         try:
             call = await self._request(llm_input, scan)
         except Exception as exc:  # completion() maps a request it cannot build too
@@ -88,9 +87,7 @@ class AnthropicAdapter(Adapter):
         except Exception as exc:  # mapped the way litellm maps its own call's failures
             raise self.mapped(call.prepared.model, exc) from exc
 
-    async def stream(
-        self, client: httpx.AsyncClient, llm_input: dict[str, Any], timeout: float, scan: MessageScan
-    ) -> Any:
+    async def stream(self, client: PooledClient, llm_input: dict[str, Any], timeout: float, scan: MessageScan) -> Any:
         """The streamed call as the handler makes it (``acompletion_stream_function``, ``make_call``): the
         request of a whole answer with ``stream`` added, sent as the standard library's ``json.dumps``
         writes it; the SSE read by litellm's own ``ModelResponseIterator`` and wrapped in its
@@ -128,7 +125,7 @@ class AnthropicAdapter(Adapter):
         )
 
     async def _open(
-        self, client: httpx.AsyncClient, url: str, body: str, headers: dict[str, str], timeout: float
+        self, client: PooledClient, url: str, body: str, headers: dict[str, str], timeout: float
     ) -> httpx.Response:
         """The stream's POST as ``make_call`` makes it through litellm's ``AsyncHTTPHandler.post``: the body
         as it is (no ``Content-Type`` added), the answer's head read; failing as ``make_call`` reports it."""
@@ -136,10 +133,7 @@ class AnthropicAdapter(Adapter):
         started = time.time()
         try:
             try:
-                request = client.build_request(
-                    "POST", url, content=body, headers=headers, timeout=httpx.Timeout(timeout)
-                )
-                response = await client.send(request, stream=True)
+                response = await client.post_bytes(url, body, headers, timeout, stream=True)
                 if not response.is_success:
                     await _error_body(response)
                     response.raise_for_status()
@@ -198,7 +192,7 @@ class AnthropicAdapter(Adapter):
         return _Call(prepared, url, dict(data), headers, messages, optional, litellm_params, json_mode)
 
     async def _post(
-        self, client: httpx.AsyncClient, url: str, data: dict[str, Any], headers: dict[str, str], timeout: float
+        self, client: PooledClient, url: str, data: dict[str, Any], headers: dict[str, str], timeout: float
     ) -> httpx.Response:
         """The POST as litellm's ``AsyncHTTPHandler.post`` makes it, failing as the handler then reports it."""
         started = time.time()

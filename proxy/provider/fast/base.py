@@ -18,6 +18,7 @@ from proxy.provider.fast.messages import (
     scan_messages,
     translates_unchanged,
 )
+from proxy.provider.pool import PooledClient
 
 # Keys of a provider call every route understands; a route adds its own (Azure's ``api_version``).
 ROUTE_KEYS = frozenset({"model", "messages", "api_base", "api_key", "timeout", "max_retries", "num_retries"})
@@ -93,16 +94,12 @@ class Adapter:
     def _accepts(self, llm_input: dict[str, Any]) -> bool:
         raise NotImplementedError
 
-    async def complete(
-        self, client: httpx.AsyncClient, llm_input: dict[str, Any], timeout: float, scan: MessageScan
-    ) -> Any:
+    async def complete(self, client: PooledClient, llm_input: dict[str, Any], timeout: float, scan: MessageScan) -> Any:
         """One provider call of a shape ``accepted`` took (``scan``: what it made of the messages); returns
         litellm's ``ModelResponse`` or raises what acompletion raises."""
         raise NotImplementedError
 
-    async def stream(
-        self, client: httpx.AsyncClient, llm_input: dict[str, Any], timeout: float, scan: MessageScan
-    ) -> Any:
+    async def stream(self, client: PooledClient, llm_input: dict[str, Any], timeout: float, scan: MessageScan) -> Any:
         """A streamed call of a shape ``accepted`` took, on a route that ``streams``: the stream opened, its
         chunks as litellm's stream wrapper yields them to acompletion's caller; or raises what acompletion
         raises."""
@@ -209,17 +206,17 @@ class Adapter:
 
 
 async def post_json(
-    client: httpx.AsyncClient, url: str, data: Any, headers: dict[str, str], timeout: float
+    client: PooledClient, url: str, data: Any, headers: dict[str, str], timeout: float
 ) -> httpx.Response:
-    """``client.post(url, json=data, ...)``, with the body encoded by orjson (``proxy.kernel.jsonio``) instead of
-    the standard library: the same compact UTF-8 JSON httpx writes, in a fraction of the time (a
-    1,000-message history is megabytes, encoded on every call), and ``Content-Type`` added unless the
-    provider's headers set it, as httpx adds it. Where the two could differ the request never gets
-    here: the edge rejects ``NaN``/``Infinity`` (httpx refuses them, orjson writes ``null``) and replaces
-    lone surrogates (which httpx cannot encode)."""
+    """``client.post(url, json=data, ...)`` as the pool sends it (``PooledClient.post_bytes``), with the body
+    encoded by orjson (``proxy.kernel.jsonio``) instead of the standard library: the same compact UTF-8 JSON
+    httpx writes, in a fraction of the time (a 1,000-message history is megabytes, encoded on every call),
+    and ``Content-Type`` added unless the provider's headers set it, as httpx adds it. Where the two could
+    differ the request never gets here: the edge rejects ``NaN``/``Infinity`` (httpx refuses them, orjson
+    writes ``null``) and replaces lone surrogates (which httpx cannot encode)."""
     if not any(name.lower() == "content-type" for name in headers):
         headers = {**headers, "Content-Type": "application/json"}
-    response = await client.post(url, content=jsonio.dumps(data), headers=headers, timeout=httpx.Timeout(timeout))
+    response = await client.post_bytes(url, jsonio.dumps(data), headers, timeout)
     # httpx leaves the response and its (read, closed) stream referring to each other: a cycle that keeps
     # the request, megabytes of body, alive until the cyclic collector runs. Its content is read, so the
     # stream is replaced by one of that content; the request then goes with the response.

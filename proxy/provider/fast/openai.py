@@ -14,6 +14,7 @@ from proxy.provider.fast.base import Adapter, Prepared, chained, post_json
 from proxy.provider.fast.messages import MessageScan, splices_messages
 from proxy.provider.fast.streaming import StreamChunks, open_stream
 from proxy.provider.fast.tool_schemas import SanitizedTools
+from proxy.provider.pool import PooledClient
 
 _OPENAI_PARAMS = (
     "temperature",
@@ -64,9 +65,7 @@ class OpenAIAdapter(Adapter):
         config = p["ProviderConfigManager"].get_provider_chat_config(model=model, provider=p["LlmProviders"]("openai"))
         return config is None or bool(config.should_fake_stream(model=model, custom_llm_provider="openai", stream=True))
 
-    async def stream(
-        self, client: httpx.AsyncClient, llm_input: dict[str, Any], timeout: float, scan: MessageScan
-    ) -> Any:
+    async def stream(self, client: PooledClient, llm_input: dict[str, Any], timeout: float, scan: MessageScan) -> Any:
         """The streamed call as litellm's OpenAI handler makes it (``async_streaming``): the config's request
         with ``stream`` and the handler's ``stream_options`` added, the SSE read by the openai SDK's own
         ``AsyncStream`` into its chunk objects, those turned into litellm's by litellm's ``CustomStreamWrapper``
@@ -128,9 +127,7 @@ class OpenAIAdapter(Adapter):
         """``exc`` as the handler's ``async_streaming`` wraps a failure to open the stream."""
         return self._wrapped(exc)
 
-    async def complete(
-        self, client: httpx.AsyncClient, llm_input: dict[str, Any], timeout: float, scan: MessageScan
-    ) -> Any:
+    async def complete(self, client: PooledClient, llm_input: dict[str, Any], timeout: float, scan: MessageScan) -> Any:
         try:
             prepared = self.prepare(llm_input, scan, **self._provider_params(llm_input))
             data, json_mode = self._body(prepared)
