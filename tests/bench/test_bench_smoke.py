@@ -294,8 +294,17 @@ def test_agent_part_times_every_case_on_both_proxies_and_renders(servers: tuple[
         if name.startswith("later/"):
             assert ours["direct_p50_ms"] > 0 and "added_p50_vs_direct" in case["ratios"]
         else:
-            assert ours["rps"] > 0 and case["ratios"]["added_p50"] != 0
-            assert ("added_first_p50" in case["ratios"]) == name.endswith("/stream")
+            theirs = case["litellm-proxy"]
+            assert ours["rps"] > 0 and theirs["rps"] > 0 and case["ratios"]["rps"] > 0
+            # One request a path: on a busy machine the direct call's one sample can be the slower, and an
+            # added time below zero gets no ratio (the report leaves it out rather than print a meaningless one).
+            timed = ours["added_p50_ms"] >= 0 and theirs["added_p50_ms"] >= 0
+            assert ("added_p50" in case["ratios"]) == timed
+            first_timed = (
+                name.endswith("/stream") and min(ours["added_first_p50_ms"], theirs["added_first_p50_ms"]) >= 0
+            )
+            assert ("added_first_p50" in case["ratios"]) == first_timed
+            assert ("first_p50_ms" in theirs) == name.endswith("/stream")
     assert result["chat_body_bytes"]["agent"] > 100_000
     markdown = render_markdown(
         {"date": "2026-01-01T00:00:00+00:00", "quick": True, "machine": {**MACHINE}, "parts": {"agent": result}}
