@@ -16,11 +16,12 @@ young and one older collection per 1,000-message turn, walking what was still in
 older generations to be walked again; at 10,000 a 5,000-message turn still ran four or five young
 collections and every other turn an older one, 15 to 40 ms a turn. At 100,000 a turn of up to about
 5,000 messages runs none. What survives turns is collected once the client has its answer instead
-(``collect_after_turn``, called when a chat response is sent): a young collection as soon as
+(``collect_after_turn``, called when a chat answer, whole or streamed, is sent): a young collection as soon as
 ``AFTER_TURN_YOUNG`` objects have survived, which walks only those, so the young generation starts each
 turn nearly empty. Only cyclic garbage waits longer for its collection, and the turn's one cycle that
 held megabytes (httpx's response and its stream, which keep the provider request's body) is broken
-where the fast path reads the response (``provider/fast/base.py``).
+where the pool's stream closes (``provider/pool.py``) and where the fast path reads the response
+(``provider/fast/base.py``).
 """
 
 from __future__ import annotations

@@ -118,11 +118,15 @@ def _parsed_url(url: str) -> httpx.URL:
 
 class _TimedStream(httpx.AsyncByteStream):
     """A response's body as its transport gives it, setting the response's ``elapsed`` once it is closed
-    (what httpx's client wraps around every answer)."""
+    (what httpx's client wraps around every answer).
+
+    The response holds this stream and this stream the response: a cycle that keeps the request (the
+    provider body: 140 KB for an agent, megabytes on a long history) alive until the cyclic collector
+    runs, which after a streamed answer may be dozens of turns later. Closing lets go of the response."""
 
     def __init__(self, stream: httpx.AsyncByteStream, response: httpx.Response, started: float) -> None:
         self._stream = stream
-        self._response = response
+        self._response: httpx.Response | None = response
         self._started = started
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
@@ -130,7 +134,9 @@ class _TimedStream(httpx.AsyncByteStream):
             yield chunk
 
     async def aclose(self) -> None:
-        self._response.elapsed = datetime.timedelta(seconds=time.perf_counter() - self._started)
+        if self._response is not None:
+            self._response.elapsed = datetime.timedelta(seconds=time.perf_counter() - self._started)
+            self._response = None
         await self._stream.aclose()
 
 

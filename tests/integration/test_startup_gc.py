@@ -61,3 +61,32 @@ def test_a_sent_answer_collects_what_outlived_the_turns_once_enough_has() -> Non
     collect_after_turn()
     assert gc.get_count()[0] < AFTER_TURN_YOUNG // 10  # one young collection walked them (and moved them on)
     assert len(kept) == AFTER_TURN_YOUNG * 3 // 2
+
+
+async def test_a_streamed_answer_is_followed_as_a_whole_one_is() -> None:
+    # A chat stream's after-hook collects what outlived the turns, as a whole answer's does, then makes the
+    # next turn's copies; without the collection a stream-only agent's young generation filled to the
+    # threshold, walked in the middle of some later turn.
+    import gc
+
+    from proxy.ingress.chat.adapter import _after_stream
+    from proxy.process.startup_gc import AFTER_TURN_YOUNG
+
+    class Memo:  # only the two members the hook reads of ``ResentRequests``
+        wants_spares = True
+        made = 0
+
+        def make_spares(self) -> None:
+            self.made += 1
+
+    thresholds = gc.get_threshold()
+    gc.set_threshold(1_000_000, *thresholds[1:])  # as while serving: no young collection of its own meanwhile
+    try:
+        gc.collect()
+        kept = [{"n": n} for n in range(AFTER_TURN_YOUNG * 3 // 2)]  # survivors of earlier turns
+        memo = Memo()
+        await _after_stream(memo)  # type: ignore[arg-type]
+        assert gc.get_count()[0] < AFTER_TURN_YOUNG // 10  # one young collection walked them
+        assert memo.made == 1 and len(kept) == AFTER_TURN_YOUNG * 3 // 2
+    finally:
+        gc.set_threshold(*thresholds)

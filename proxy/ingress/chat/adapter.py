@@ -65,7 +65,7 @@ class ChatIngress:
             # The decoded history and the turn's memos are freed after the answer is sent, not before.
             after = _FreedAfter((body, result), self._resent)
             return JSONAnswer(result.answer.response, headers=result.headers, background=after)
-        return EventStream(result.answer, front.drain, result.headers, functools.partial(_make_spares, self._resent))
+        return EventStream(result.answer, front.drain, result.headers, functools.partial(_after_stream, self._resent))
 
 
 def _parse(
@@ -105,6 +105,13 @@ class _FreedAfter(BackgroundTask):
         self._held = ()  # the turn's objects go now, before the collection walks what is left
         collect_after_turn()
         await _make_spares(self._resent)
+
+
+async def _after_stream(resent: ResentRequests) -> None:
+    """What follows a streamed answer, as ``_FreedAfter`` follows a whole one: what outlived the turn may be
+    collected, then the next turn's copies are made."""
+    collect_after_turn()
+    await _make_spares(resent)
 
 
 async def _make_spares(resent: ResentRequests) -> None:
