@@ -4,8 +4,8 @@ Agents resend their whole history every turn, and each turn adds a tool output t
 seen. Anything the proxy keeps per message (a token-count cache, the chain memo of each session) must
 be bounded by bytes, or resident memory grows with the traffic instead of levelling off. The client
 here runs ``sessions`` agents round-robin, each turn appending one ``tool_bytes`` tool output
-(distinct per session and step) and resending the session's whole history; the proxy's RSS is read
-from ``/proc/<pid>/status`` at regular points.
+(distinct per session and step) and resending the session's whole history, every other turn streamed;
+the proxy's RSS is read from ``/proc/<pid>/status`` at regular points.
 
 The outputs are base64-like lines of letters: distinct bytes for every cache, yet cheap for the token
 estimator (a few pieces per line), so the run measures memory rather than estimation speed.
@@ -100,9 +100,11 @@ def run_memory(
     with httpx.Client(base_url=proxy_url, headers=headers, timeout=120.0) as http:
         for number in range(requests):
             session, turn = number % sessions, number // sessions + 1
-            body = {"model": MODEL, "messages": history(session, turn, tool_bytes), "tools": TOOLS}
+            # Every other turn streamed, as coding agents stream every call: what a stream keeps is measured too.
+            stream = number % 2 == 1
+            body = {"model": MODEL, "messages": history(session, turn, tool_bytes), "tools": TOOLS, "stream": stream}
             answer = http.post("/v1/chat/completions", json=body, headers={"x-session-id": f"memory-{session}"})
-            failures += answer.status_code != 200
+            failures += answer.status_code != 200 or (stream and not answer.content.endswith(b"data: [DONE]\n\n"))
             if (number + 1) % every == 0 or number + 1 == requests:
                 points.append({"requests": number + 1, "rss_mib": round(rss_mib(pid), 1)})
                 if progress is not None:

@@ -534,7 +534,8 @@ def _memory(m: dict[str, Any]) -> list[str]:
         "## 5. Resident memory under large, distinct tool outputs",
         "",
         f"{m['requests']:,} requests over {m['sessions']} sessions, each turn adding a distinct "
-        f"{m['tool_output_bytes'] // 1000} KB tool output and resending the whole history; RSS of the proxy "
+        f"{m['tool_output_bytes'] // 1000} KB tool output and resending the whole history, every other turn "
+        "streamed; RSS of the proxy "
         f"process ({m['seconds']} s, {m['failures']} failed).",
         "",
         "| requests | RSS MiB |",
