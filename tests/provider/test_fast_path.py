@@ -469,31 +469,21 @@ def test_litellm_still_has_what_the_fast_path_uses() -> None:
 async def test_a_fast_call_leaves_no_cycle_holding_the_request_body(provider) -> None:
     # httpx's response and its stream refer to each other; post_json breaks that cycle, so the request (a
     # megabyte body on a long history) is freed when the response goes, not at the next collection.
-    import gc
-
     import httpx
 
     from proxy.provider.fast.base import post_json
     from proxy.provider.pool import litellm_client
+    from tests.garbage import collector_finds
 
     async with litellm_client(load()) as client:
         url = provider.add(body=ANSWER) + "/chat/completions"
         body = {"model": "scripted", "messages": [{"role": "user", "content": "x" * 100_000}]}
         await post_json(client, url, body, {}, 10.0)  # the pool's connection exists from now on
-        gc.collect()
-        gc.disable()
-        gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds stays in gc.garbage, to be looked at
-        try:
+        with collector_finds(httpx.Request, httpx.Response) as found:
             response = await post_json(client, url, body, {}, 10.0)
             assert response.status_code == 200 and response.json()["choices"]
             del response
-            gc.collect()
-            # Other threads (the provider's) may leave garbage of their own; none of it is the call's.
-            assert not [o for o in gc.garbage if isinstance(o, httpx.Request | httpx.Response)]
-        finally:
-            gc.set_debug(0)
-            gc.garbage.clear()
-            gc.enable()
+        assert not found
 
 
 @pytest.mark.parametrize("fast", [False, True], ids=["acompletion", "fast"])

@@ -16,6 +16,7 @@ import pytest
 
 from proxy.provider.fast.surface import load
 from proxy.provider.pool import PooledClient, litellm_client
+from tests.garbage import collector_finds
 
 ANSWER = b'{"ok": true}'
 
@@ -146,22 +147,12 @@ async def test_a_closed_stream_leaves_no_cycle_holding_the_request(server, poole
     # The response holds its stream and the stream the response (to set ``elapsed``); once closed the
     # stream lets go, so the request (the provider body: megabytes on a long history) is freed with the
     # response, not at a cyclic collection that may come dozens of streamed turns later.
-    import gc
-
     _, url = server
     await pooled.post_bytes(url + "/v1/chat/completions", b"{}", HEADERS, 5.0)  # the pool's connection exists
-    gc.collect()
-    gc.disable()
-    gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds stays in gc.garbage, to be looked at
-    try:
+    with collector_finds(httpx.Request, httpx.Response) as found:
         response = await pooled.post_bytes(url + "/v1/chat/completions", b"x" * 100_000, HEADERS, 5.0, stream=True)
         assert b"".join([chunk async for chunk in response.aiter_bytes()]) == ANSWER
         await response.aclose()
         assert isinstance(response.elapsed, datetime.timedelta)
         del response
-        gc.collect()
-        assert not [o for o in gc.garbage if isinstance(o, httpx.Request | httpx.Response)]
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-        gc.enable()
+    assert not found
