@@ -73,7 +73,8 @@ class PooledClient(httpx.AsyncClient):
     hands it to the transport, and does what ``send`` does with the answer: the request attached to it and
     to a transport error, the body read unless it is a stream, ``elapsed`` set when the body is done
     (litellm copies it into the errors it makes of a response). What httpx's client would do more with goes
-    through its ``send``: a URL with credentials in it (sent as Basic auth), a relative one, a closed client."""
+    through its ``send``: a URL with credentials in it (sent as Basic auth), a relative one, a closed client.
+    Either way a whole answer leaves no cycle between the response and its stream (``_TimedStream``)."""
 
     def __init__(self, *, verify: Any, transport: httpx.AsyncBaseTransport) -> None:
         super().__init__(verify=verify, transport=transport, follow_redirects=False, cookies=_keeps_no_cookies())
@@ -87,7 +88,10 @@ class PooledClient(httpx.AsyncClient):
         target = _parsed_url(url)
         if target.userinfo or not target.is_absolute_url or self.is_closed:
             request = self.build_request("POST", url, content=content, headers=headers, timeout=httpx.Timeout(timeout))
-            return await self.send(request, stream=stream)  # as httpx does it, or its error for a closed client
+            sent = await self.send(request, stream=stream)  # as httpx does it, or its error for a closed client
+            if not stream:  # read and closed: httpx's stream, which holds the response, gives way to its content
+                sent.stream = httpx.ByteStream(sent.content)
+            return sent
         merged = httpx.Headers(self.headers)
         merged.update(headers)
         timeouts = httpx.Timeout(timeout).as_dict()

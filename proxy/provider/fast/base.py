@@ -216,12 +216,9 @@ async def post_json(
     writes ``null``) and replaces lone surrogates (which httpx cannot encode)."""
     if not any(name.lower() == "content-type" for name in headers):
         headers = {**headers, "Content-Type": "application/json"}
-    response = await client.post_bytes(url, jsonio.dumps(data), headers, timeout)
-    # httpx leaves the response and its (read, closed) stream referring to each other: a cycle that keeps
-    # the request, megabytes of body, alive until the cyclic collector runs. Its content is read, so the
-    # stream is replaced by one of that content; the request then goes with the response.
-    response.stream = httpx.ByteStream(response.content)
-    return response
+    # The pool leaves no cycle between the response and its stream (``PooledClient``): the request, megabytes
+    # of body on a long history, goes with the response.
+    return await client.post_bytes(url, jsonio.dumps(data), headers, timeout)
 
 
 def chained(new: Exception, cause: BaseException) -> Exception:
