@@ -30,6 +30,7 @@ from starlette.routing import Route
 from proxy.app import create_app
 from proxy.kernel.config import ModelRoute, Settings
 from proxy.provider.scripted import serve_in_thread
+from tests.acompletion_calls import count_acompletion
 
 MASTER = "sk-master-of-the-gateway"
 CHAT_ANSWER = {
@@ -130,7 +131,7 @@ def test_a_cookie_a_provider_set_on_one_teams_call_never_goes_with_another_call(
     provider: tuple[CookieSettingProvider, str], tmp_path: Path, api: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stand_in, url = provider
-    through_acompletion = _count_acompletion(monkeypatch)
+    through_acompletion = count_acompletion(monkeypatch)
     with _proxy(tmp_path, url) as proxy:
         for team in ("alpha", "beta", "alpha"):
             key = _team_key(proxy, team)
@@ -146,21 +147,6 @@ def test_a_cookie_a_provider_set_on_one_teams_call_never_goes_with_another_call(
     assert stand_in.cookies_received == [None, None, None]
     # each case took the path it names (an image part sends a call through acompletion)
     assert len(through_acompletion) == (3 if api.endswith("-route") else 0)
-
-
-def _count_acompletion(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The models of the calls that go through ``litellm.acompletion`` (the real one, counted)."""
-    import litellm
-
-    models: list[str] = []
-    real = litellm.acompletion
-
-    async def counted(**arguments: Any) -> Any:
-        models.append(arguments["model"])
-        return await real(**arguments)
-
-    monkeypatch.setattr(litellm, "acompletion", counted)
-    return models
 
 
 def test_the_sdk_routes_client_outlives_an_app_that_shuts_down(

@@ -151,17 +151,20 @@ CASES = [
     ("openai", {"response_format": {"type": "json_object"}, "max_completion_tokens": 99, "n": 1, "top_p": 0.5}),
     ("openai", {"logprobs": True, "top_logprobs": 2, "presence_penalty": 0.1, "frequency_penalty": 0.2}),
     ("openai", {"timeout": 12.5}),
+    ("openai", {"stream": False}),  # what many clients send for a whole answer
     ("azure", {}),
     ("azure", {**SAMPLING, "seed": 7}),
     ("azure", {"tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": False}),
     ("azure", {"response_format": {"type": "json_object"}, "max_completion_tokens": 99, "n": 1, "top_p": 0.5}),
     ("azure", {"logprobs": True, "top_logprobs": 2, "presence_penalty": 0.1, "frequency_penalty": 0.2}),
     ("azure", {"api_version": "2023-05-15", **SAMPLING}),  # an older version's mapping
+    ("azure", {"stream": False}),
     ("anthropic", {}),
     ("anthropic", {**SAMPLING, "stop": ["END", "STOP"], "top_p": 0.5}),
     ("anthropic", {"tools": TOOLS, "tool_choice": "auto", "parallel_tool_calls": False}),
     ("anthropic", {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "measure"}}}),
     ("anthropic", {"tools": TOOLS, "tool_choice": "required", "max_completion_tokens": 99, "timeout": 12.5}),
+    ("anthropic", {"stream": False}),
 ]
 
 
@@ -336,6 +339,14 @@ LEFT_TO_ACOMPLETION: dict[str, dict[str, Any]] = {
         "api_key": "k",
         "stream_options": {"include_usage": True},
     },  # a stream takes the fast path (test_fast_stream.py); its options without a stream do not
+    "stream-options-unstreamed-false": {
+        "model": "openai/test",
+        "api_base": "http://h/v1",
+        "api_key": "k",
+        "stream": False,
+        "stream_options": {"include_usage": True},
+    },
+    "stream-not-a-bool": {"model": "openai/test", "api_base": "http://h/v1", "api_key": "k", "stream": 0},
     "reasoning": {"model": "openai/test", "api_base": "http://h/v1", "api_key": "k", "reasoning_effort": "low"},
     "image": {
         "model": "openai/test",

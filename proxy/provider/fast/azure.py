@@ -75,7 +75,11 @@ class AzureAdapter(OpenAIAdapter):
         return type(config) is p["AzureOpenAIConfig"]
 
     def _body(self, prepared: Prepared) -> tuple[dict[str, Any], bool]:
+        # The Azure handler hands the SDK the mapped ``stream`` with the rest: a client's ``stream: false`` is sent.
+        unstreamed = prepared.optional.get("stream") is False
         body, json_mode = super()._body(prepared)
+        if unstreamed:
+            body["stream"] = False
         return _sdk_ordered(body), json_mode
 
     def _stream_body(self, prepared: Prepared, stream_options: Any) -> dict[str, Any]:

@@ -23,6 +23,9 @@ from proxy.provider.pool import PooledClient
 # Keys of a provider call every route understands; a route adds its own (Azure's ``api_version``).
 ROUTE_KEYS = frozenset({"model", "messages", "api_base", "api_key", "timeout", "max_retries", "num_retries"})
 _STREAM_KEYS = frozenset({"stream", "stream_options"})  # what a streamed call adds, on a route that streams
+# ``stream: false``, which many clients send, asks for a whole answer; passed on to the parameter mapping as
+# acompletion passes it (Azure's handler sends it, the others leave it out).
+_UNSTREAMED_KEYS = frozenset({"stream"})
 _TOOL_KEYS = frozenset({"type", "function"})
 _FUNCTION_KEYS = frozenset({"name", "description", "parameters", "strict"})
 
@@ -69,8 +72,8 @@ class Adapter:
         stream = llm_input.get("stream")
         if not (isinstance(api_base, str) and api_base) or (stream and not self.streams):
             return None
-        keys = self.route_keys | frozenset(self.params) | (_STREAM_KEYS if stream is True else frozenset())
-        if not set(llm_input) <= keys or stream not in (None, False, True):
+        keys = self.route_keys | frozenset(self.params) | (_STREAM_KEYS if stream is True else _UNSTREAMED_KEYS)
+        if not set(llm_input) <= keys or not (stream is None or type(stream) is bool):
             return None
         options = llm_input.get("stream_options")
         if options is not None and not (stream is True and isinstance(options, dict)):
@@ -147,7 +150,7 @@ class Adapter:
             model=model,
             custom_llm_provider=provider,
             messages=messages,
-            stream=bool(llm_input.get("stream")),
+            stream=llm_input.get("stream"),  # as acompletion passes it: ``stream: false`` is not left out
             **({"stream_options": llm_input["stream_options"]} if "stream_options" in llm_input else {}),
             max_retries=llm_input.get("num_retries", 0),
             **provider_params,
