@@ -20,7 +20,7 @@ collections and every other turn an older one, 15 to 40 ms a turn. At 100,000 a 
 ``AFTER_TURN_YOUNG`` objects have survived, which walks only those, so the young generation starts each
 turn nearly empty. Only cyclic garbage waits longer for its collection, and the turn's one cycle that
 held megabytes (httpx's response and its stream, which keep the provider request's body) is broken
-where the pool's stream closes (``provider/pool.py``).
+where the pool's stream closes, and where litellm's SDK routes get their answer (``provider/pool.py``).
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ class PooledClient(httpx.AsyncClient):
     to a transport error, the body read unless it is a stream, ``elapsed`` set when the body is done
     (litellm copies it into the errors it makes of a response). What httpx's client would do more with goes
     through its ``send``: a URL with credentials in it (sent as Basic auth), a relative one, a closed client.
-    Either way a whole answer leaves no cycle between the response and its stream (``_TimedStream``)."""
+    Either way no cycle is left between the response and its stream (``_TimedStream``, ``without_cycle``)."""
 
     def __init__(self, *, verify: Any, transport: httpx.AsyncBaseTransport) -> None:
         super().__init__(verify=verify, transport=transport, follow_redirects=False, cookies=_keeps_no_cookies())
@@ -89,8 +89,7 @@ class PooledClient(httpx.AsyncClient):
         if target.userinfo or not target.is_absolute_url or self.is_closed:
             request = self.build_request("POST", url, content=content, headers=headers, timeout=httpx.Timeout(timeout))
             sent = await self.send(request, stream=stream)  # as httpx does it, or its error for a closed client
-            if not stream:  # read and closed: httpx's stream, which holds the response, gives way to its content
-                sent.stream = httpx.ByteStream(sent.content)
+            without_cycle(sent, streamed=stream)
             return sent
         merged = httpx.Headers(self.headers)
         merged.update(headers)
@@ -144,6 +143,34 @@ class _TimedStream(httpx.AsyncByteStream):
         await self._stream.aclose()
 
 
+def without_cycle(response: httpx.Response, *, streamed: bool) -> None:
+    """Break the cycle httpx's client leaves between ``response`` and its stream (its ``send`` binds the
+    stream to the response, to set ``elapsed``): a read answer's stream gives way to its content, a streamed
+    one's lets go of httpx's once closed (``_Released``). Otherwise the request, the provider body, lives on
+    until the cyclic collector runs, which the proxy has it do seldom (``process/startup_gc.py``)."""
+    if streamed:
+        response.stream = _Released(response.stream)
+    else:
+        response.stream = httpx.ByteStream(response.content)
+
+
+class _Released(httpx.AsyncByteStream):
+    """A response's stream, dropped once closed (``without_cycle``)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream: Any = stream
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._stream is not None:  # httpx itself refuses to read a closed response before this
+            async for chunk in self._stream:
+                yield chunk
+
+    async def aclose(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            await stream.aclose()
+
+
 def sdk_route_client(parts: Mapping[str, Any]) -> httpx.AsyncClient:
     """A client as litellm's OpenAI route builds the one its SDK clients wrap (``BaseOpenAILLM.
     _get_async_http_client``, which hands back ``litellm.aclient_session`` instead once that is set):
@@ -173,7 +200,8 @@ class PerLoopSdkClient(httpx.AsyncClient):
     One object for the process, as ``litellm.aclient_session`` must be, and one real client per event
     loop behind it, as litellm keeps its own clients: a connection belongs to the loop that opened it, and
     the apps of one process (the tests' servers) each run their own. The SDK builds a request on this
-    object (its jar adds no cookie) and sends it here; ``send`` hands it to the running loop's client.
+    object (its jar adds no cookie) and sends it here; ``send`` hands it to the running loop's client, and
+    breaks the cycle httpx leaves between the answer and its stream (``without_cycle``).
     ``aclose`` closes that loop's client only (an app shutting down, or litellm closing an SDK client);
     the object itself stays usable for the process's life.
     """
@@ -184,7 +212,9 @@ class PerLoopSdkClient(httpx.AsyncClient):
         self._by_loop: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
 
     async def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
-        return await self._loop_client().send(request, **kwargs)
+        response = await self._loop_client().send(request, **kwargs)
+        without_cycle(response, streamed=bool(kwargs.get("stream")))
+        return response
 
     async def aclose(self) -> None:
         client = self._by_loop.pop(asyncio.get_running_loop(), None)

@@ -519,3 +519,46 @@ async def test_the_sessions_messages_come_back_unchanged(provider: Any, fast: bo
     for message, (same, fields, deep) in zip(messages, before, strict=True):
         assert message is same and message == deep
         assert list(message) == list(fields) and all(message[key] is value for key, value in fields.items())
+
+
+IMAGE_PART = {"type": "image_url", "image_url": {"url": "http://i/x.png"}}  # declined by the fast path
+STREAMED = [
+    {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [{"index": 0, **choice}]}
+    for choice in (
+        {"delta": {"role": "assistant", "content": "o"}},
+        {"delta": {"content": "k"}, "finish_reason": "stop"},
+    )
+]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("route", ["openai", "azure"])
+async def test_an_sdk_route_call_leaves_no_cycle_holding_the_request_body(
+    provider: Any, route: str, stream: bool
+) -> None:
+    """What the fast path declines goes through acompletion, whose OpenAI and Azure routes send over the
+    proxy's ``PerLoopSdkClient``: httpx's response and its stream refer to each other there too, and the
+    request (the provider body) must go with the response, not wait for a collection."""
+    import httpx
+
+    from tests.garbage import collector_finds
+
+    backend = LiteLLMBackend(timeout_seconds=30)
+    messages = [{"role": "user", "content": [{"type": "text", "text": "x" * 100_000}, IMAGE_PART]}]
+    api_base = provider.add(body=ANSWER, chunks=STREAMED)
+    arguments = {**ROUTES[route], "api_base": api_base, "api_key": "sk-test-key", "messages": messages}
+
+    async def call() -> str:
+        if not stream:
+            return str((await backend.complete(arguments))["choices"][0]["message"]["tool_calls"][0]["id"])
+        chunks = [chunk async for chunk in await backend.stream(arguments)]
+        return "".join(chunk["choices"][0]["delta"].get("content") or "" for chunk in chunks)
+
+    try:
+        assert backend._fast is not None and not backend._fast.accepts(backend.provider_arguments(arguments))
+        await call()  # litellm's SDK client and the loop's connection exist from now on
+        with collector_finds(httpx.Request, httpx.Response) as found:
+            assert await call() == ("ok" if stream else "c2")
+        assert not found
+    finally:
+        await backend.aclose()
