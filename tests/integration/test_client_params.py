@@ -3,7 +3,7 @@
 A collector server on loopback stands where a hostile client would point the call; it must receive
 nothing, while every steering field is refused with 400 ``unsupported_parameter`` before anything is
 stored. What real client libraries send by default (captured bodies in tests/data/client_requests/)
-still gets 200.
+still gets 200, served by the provider fast path.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.acompletion_calls import count_acompletion
 from tests.integration.conftest import route_to
 
 MODEL = "test-model"
@@ -223,7 +224,8 @@ def _captured() -> list[Any]:
 
 
 @pytest.mark.parametrize("body", _captured())
-def test_what_client_libraries_send_by_default_gets_200(start_proxy, provider, body):
+def test_what_client_libraries_send_by_default_gets_200(start_proxy, provider, body, monkeypatch):
+    through_acompletion = count_acompletion(monkeypatch)
     proxy = start_proxy()
     with httpx.Client(base_url=proxy.url, timeout=30) as http:
         response = http.post("/v1/chat/completions", json={**body, "model": MODEL})
@@ -235,3 +237,5 @@ def test_what_client_libraries_send_by_default_gets_200(start_proxy, provider, b
     sent = provider.history[-1]
     asked = {key for key, value in body.items() if key != "model" and value is not False}  # litellm omits defaults
     assert asked <= set(sent)  # nothing the client asked for was lost on the way
+    # ... and it took the fast path: LangChain's "stream": false once sent every whole answer through acompletion
+    assert through_acompletion == []
