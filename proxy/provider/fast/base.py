@@ -209,9 +209,10 @@ class Adapter:
 
 
 async def post_json(
-    client: PooledClient, url: str, data: Any, headers: dict[str, str], timeout: float
+    client: PooledClient, url: str, data: Any, headers: dict[str, str], timeout: float, *, stream: bool = False
 ) -> httpx.Response:
-    """``client.post(url, json=data, ...)`` as the pool sends it (``PooledClient.post_bytes``), with the body
+    """``client.post(url, json=data, ...)`` as the pool sends it (``PooledClient.post_bytes``; ``stream``: a
+    streamed call's POST, returning once the answer's head has arrived, its body unread), with the body
     encoded by orjson (``proxy.kernel.jsonio``) instead of the standard library: the same compact UTF-8 JSON
     httpx writes, in a fraction of the time (a 1,000-message history is megabytes, encoded on every call),
     and ``Content-Type`` added unless the provider's headers set it, as httpx adds it. Where the two could
@@ -221,7 +222,7 @@ async def post_json(
         headers = {**headers, "Content-Type": "application/json"}
     # The pool leaves no cycle between the response and its stream (``PooledClient``): the request, megabytes
     # of body on a long history, goes with the response.
-    return await client.post_bytes(url, jsonio.dumps(data), headers, timeout)
+    return await client.post_bytes(url, jsonio.dumps(data), headers, timeout, stream=stream)
 
 
 def chained(new: Exception, cause: BaseException) -> Exception:

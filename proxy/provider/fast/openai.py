@@ -12,7 +12,7 @@ import openai
 
 from proxy.provider.fast.base import Adapter, Prepared, chained, post_json
 from proxy.provider.fast.messages import MessageScan, splices_messages
-from proxy.provider.fast.streaming import StreamChunks, open_stream
+from proxy.provider.fast.streaming import StreamChunks
 from proxy.provider.fast.tool_schemas import SanitizedTools
 from proxy.provider.pool import PooledClient
 
@@ -88,7 +88,7 @@ class OpenAIAdapter(Adapter):
         started = time.time()
         try:
             try:
-                response = await open_stream(client, url, data, headers, timeout)
+                response = await post_json(client, url, data, headers, timeout, stream=True)
             except httpx.TimeoutException as exc:
                 raise self._stream_timeout(exc, timeout, started) from exc
             except httpx.TransportError as exc:

@@ -24,19 +24,6 @@ import openai
 import pydantic
 from openai.types.chat import ChatCompletionChunk
 
-from proxy.kernel import jsonio
-from proxy.provider.pool import PooledClient
-
-
-async def open_stream(
-    client: PooledClient, url: str, data: Any, headers: dict[str, str], timeout: float
-) -> httpx.Response:
-    """The POST of a streamed call, its body encoded as ``post_json`` encodes it; returns once the
-    response's head has arrived, its body unread."""
-    if not any(name.lower() == "content-type" for name in headers):
-        headers = {**headers, "Content-Type": "application/json"}
-    return await client.post_bytes(url, jsonio.dumps(data), headers, timeout, stream=True)
-
 
 class StreamChunks:
     """Turns an open provider stream into the iterator ``acompletion`` returns for it."""
