@@ -8,7 +8,10 @@ path (``proxy/provider/pool.py``: httpx on litellm's aiohttp transport). ``plain
 ``json`` also decodes and re-encodes the request and the answer with orjson, the least a proxy that reads
 what it forwards does. Each round sends every server the first turn of a new session (untimed), then
 its later turn (timed, its CPU counted as ``ab_turns.py`` counts it), and the provider the later turn's
-chat request directly, in a rotated order.
+chat request directly, in a rotated order. ``ours legacy`` is our proxy in legacy mode: everything a turn
+does (the body read and checked, the store's turn, the provider call through litellm's steps, the trace's
+bookkeeping) but the assembly, which sends the client's own request; between it and ``ours`` is what the
+assembly costs.
 
     python scripts/stack_floor.py --rounds 200
 """
@@ -58,10 +61,11 @@ def compare(rounds: int) -> None:
         with (
             _floor(scratch, provider.url, json_too=False) as floors["floor plain"],
             _floor(scratch, provider.url, json_too=True) as floors["floor json"],
+            our_proxy(scratch, config, "legacy", name="ours-legacy") as legacy,
             our_proxy(scratch, config, "dynamic", name="ours") as ours,
             httpx.Client(timeout=120.0) as client,
         ):
-            servers = {**floors, "ours": ours}
+            servers = {**floors, "ours legacy": legacy, "ours": ours}
             names = list(servers)
             taken: dict[str, list[float]] = {name: [] for name in [*names, "direct"]}
             cpu = dict.fromkeys(names, 0.0)
