@@ -279,6 +279,7 @@ class ContextPipeline:
         leading = [r.message for r in instructions]
         tools = list(inp.tools)
         stage = await self._pass(registry, inp, leading, history, tools, estimator, progress)
+        fixed = stage.fixed_parts(tools, estimator, inp.nonce)  # again only after a pass of its own
         compaction = await self._compactor.compact(
             kept,
             nonce=inp.nonce,
@@ -286,7 +287,7 @@ class ContextPipeline:
             limit=inp.limit,
             estimator=estimator,
             summarizer=summarizer,
-            fixed_tokens=stage.fixed_tokens(tools, estimator, inp.nonce),
+            fixed_tokens=fixed.total,
             checkpoints=inp.checkpoints,
             previewed_refs=inp.previewed_refs,
             forced=inp.forced,
@@ -306,9 +307,10 @@ class ContextPipeline:
             if changed:
                 visible = upcoming
                 stage = await self._pass(registry, inp, leading, visible, tools, estimator, progress)
+                fixed = stage.fixed_parts(tools, estimator, inp.nonce)
                 passes += 1
             progress.stage = "window"
-            progress.fixed = stage.fixed_parts(tools, estimator, inp.nonce)
+            progress.fixed = fixed
             window_limit = inp.limit - progress.fixed.total
             window = windows.get(window_limit) or AtomicHistoryWindowPolicy().apply(
                 window_history,
@@ -438,12 +440,9 @@ class _Pass:
     admitted: BudgetResult
     prompt: RenderedPrompt
 
-    def fixed_tokens(self, tools: Sequence[Mapping[str, Any]], estimator: TokenEstimator, nonce: str) -> int:
-        """What the call costs besides the history: system prompt, tool schemas, contributed messages."""
-        return self.fixed_parts(tools, estimator, nonce).total
-
     def fixed_parts(self, tools: Sequence[Mapping[str, Any]], estimator: TokenEstimator, nonce: str) -> FixedParts:
-        """``fixed_tokens``, part by part."""
+        """What the call costs besides the history, part by part: system prompt, tool schemas, contributed
+        messages."""
         admitted = self.admitted
         hidden = DefaultContextMessageComposer().hidden_messages(admitted.messages, admitted.attachments, nonce=nonce)
         prompt = self.prompt.text
