@@ -4,7 +4,9 @@ Cases: a shape (``agent``: a 20k-token system prompt, 24 tools, a 12-message his
 messages; ``answer``: two messages answered at length, 120 text chunks, streamed only: what relaying an
 agent's answer costs), an API (chat, Messages, Responses) and streamed or not. Every request is a new session; the
 agent's system prompt and tools are byte-identical across them, as when one agent runs many sessions.
-``later``: the same session's next turn (the first turn sent untimed just before), ours only.
+``later``: the same session's next turn (the first turn sent untimed just before), ours only; beside it,
+when part 8 serves one (``legacy`` in the urls), our proxy in legacy mode: every step of a turn but the
+assembly, the bound a faster assembly alone can reach (``scripts/stack_floor.py`` has it too).
 
 Each request is timed to its first token (the first text delta: a chat chunk's ``delta.content``, a
 Messages ``content_block_delta``, a Responses ``response.output_text.delta``) and to its last byte.
@@ -197,18 +199,21 @@ def _later_turns(
         direct_body = _body("agent", "chat", stream, later=True)
         direct_url = urls["direct"] + endpoint("chat")
         direct = _figures(_sequential(client, direct_url, "chat", direct_body, stream, count, lambda i: "d"))
+        paths = [path for path in ("dynamic", "legacy") if path in urls]
         for api in apis:
-            url = urls["dynamic"] + endpoint(api)
             first, later = _body("agent", api, stream), _body("agent", api, stream, later=True)
-            samples = []
+            samples: dict[str, list[tuple[float | None, float]]] = {path: [] for path in paths}
             for index in range(count):
-                session = f"later-{label}-{api}-{stream}-{index}"
-                timed_request(client, url, api, first, stream, session)
-                samples.append(timed_request(client, url, api, later, stream, session))
-            figures = _figures(samples)
-            figures["added_p50_ms"] = figures["p50_ms"] - direct["p50_ms"]
-            figures["direct_p50_ms"] = direct["p50_ms"]
-            out[case_name("later", api, stream)] = {"dynamic": figures}
+                for path in paths[index % len(paths) :] + paths[: index % len(paths)]:  # in turn first
+                    url, session = urls[path] + endpoint(api), f"later-{label}-{path}-{api}-{stream}-{index}"
+                    timed_request(client, url, api, first, stream, session)
+                    samples[path].append(timed_request(client, url, api, later, stream, session))
+            row = {}
+            for path in paths:
+                figures = row[path] = _figures(samples[path])
+                figures["added_p50_ms"] = figures["p50_ms"] - direct["p50_ms"]
+                figures["direct_p50_ms"] = direct["p50_ms"]
+            out[case_name("later", api, stream)] = row
     return out
 
 
@@ -233,8 +238,11 @@ def _summary(
             }
             entry["ratios"] = {key: median(values) for key, values in ratios.items() if all(v >= 0 for v in values)}
         if name.startswith("later/"):
-            ours = entry["dynamic"]
-            entry["ratios"] = {"added_p50_vs_direct": round(ours["added_p50_ms"] / ours["direct_p50_ms"], 3)}
+            entry["ratios"] = {
+                key: round(entry[path]["added_p50_ms"] / entry[path]["direct_p50_ms"], 3)
+                for path, key in (("dynamic", "added_p50_vs_direct"), ("legacy", "legacy_added_p50_vs_direct"))
+                if path in entry
+            }
         cases[name] = entry
     return {
         "requests_per_repeat": requests,

@@ -172,6 +172,8 @@ def _part_agent(scratch: Path, plan: dict[str, Any]) -> Any:
         config = servers.write_config(folder, provider.url, HISTORY_MAX_INPUT_TOKENS)
         urls = {"direct": provider.url}
         urls["dynamic"] = stack.enter_context(servers.our_proxy(folder, config, "dynamic", name="proxy-agent")).url
+        # The later turns' bound: every step of a turn but the assembly (bench/agent.py).
+        urls["legacy"] = stack.enter_context(servers.our_proxy(folder, config, "legacy", name="proxy-agent-legacy")).url
         if plan["litellm_proxy"]:
             bridged = servers.write_bridged_config(folder, provider.url, HISTORY_MAX_INPUT_TOKENS)
             try:
