@@ -575,3 +575,27 @@ async def test_the_answer_is_built_once_per_stream(provider: Any, monkeypatch: p
     # acompletion's wrapper builds twice (its usage chunk, then its callbacks), the fast path's once; should
     # litellm build once itself, this fails and ``built_once`` has nothing left to save
     assert builds == [5, 5, 5]
+
+
+@pytest.mark.parametrize("case", ["text", "no-usage-option", "text-usage-unasked"])
+async def test_a_stream_without_a_usage_chunk_is_not_built_at_its_end(
+    provider: Any, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """A stream whose caller asked for no usage gets no usage chunk, so the fast path does not rebuild the
+    answer at its end (acompletion does, for its callbacks; with no usage from the provider that counted the
+    whole prompt with ``token_counter`` before the stream could end), and its chunks are still acompletion's."""
+    import litellm
+
+    builds: list[int] = []
+    builder = litellm.stream_chunk_builder
+
+    def counted(**arguments: Any) -> Any:
+        builds.append(len(arguments["chunks"]))
+        return builder(**arguments)
+
+    monkeypatch.setattr(litellm, "stream_chunk_builder", counted)  # read by the fast path when it is made
+    reply, llm_input = CASES[case]
+    results = await _both(provider, reply, "openai", **llm_input)
+    _assert_same(results)
+    assert results[1][1][1] == "complete"
+    assert len(builds) == 1  # acompletion's own, for its callbacks; none on the fast path

@@ -77,7 +77,7 @@ class StreamChunks:
         ``requested_options`` the caller's own (litellm's logging object keeps those, and the wrapper reads
         them there: whether the caller asked for usage, and the options of a handler that passes none)."""
         log = StreamLog(model, provider, messages, litellm_params, requested_options)
-        return self._wrapper(
+        wrapper = self._wrapper(
             completion_stream=completion_stream,
             model=model,
             custom_llm_provider=provider,
@@ -85,6 +85,10 @@ class StreamChunks:
             stream_options=stream_options,
             _response_headers=response_headers,
         )
+        # The wrapper's own decision (absent: assumed, and built as before): whether its end-of-stream build
+        # can reach the caller at all, through the usage chunk (``built_once``).
+        log.sends_usage = getattr(wrapper, "send_stream_usage", True) is not False
+        return wrapper
 
 
 class ChunkReader(openai.AsyncOpenAI):
@@ -170,7 +174,7 @@ def built_inline(wrapper: type, build: Any) -> type:
 
 
 def built_once(build: Any) -> Any:
-    """litellm's ``stream_chunk_builder``, run once per stream.
+    """litellm's ``stream_chunk_builder``, run once per stream, and only where its answer reaches a chunk.
 
     The wrapper's end-of-stream step runs twice: once for the usage chunk it hands on, and once more when
     the stream is read past that chunk, for its cache write and success callbacks (which the fast path
@@ -178,9 +182,19 @@ def built_once(build: Any) -> Any:
     of pydantic models for an agent's four-chunk answer. The second gets the first's answer: what that
     step builds from it goes only to those callbacks, never to a chunk (the usage chunk was handed on,
     and serialized, before it). Kept on the stream's ``StreamLog``, with the chunk count it was built
-    from, so a stream that grew since is built anew."""
+    from, so a stream that grew since is built anew.
+
+    A stream whose caller asked for no usage (``StreamLog.sends_usage``) gets no usage chunk: the answer
+    would go only to those callbacks, so it is not built (``None``, which the step takes as a build that
+    gave nothing). Building it counted the whole prompt with litellm's ``token_counter`` whenever the
+    provider sent no usage, after the last chunk and before the stream's end: 15 ms on the event loop
+    for an agent's 35k-token prompt, the client's last byte held back by it (legacy and shadow modes
+    send a chat client's own request, which rarely asks for usage). The chunks are acompletion's either
+    way: ``tests/provider/test_fast_stream.py`` compares them, usage asked for or not."""
 
     def once(*, chunks: list[Any], messages: Any, logging_obj: Any, count_prompt_tokens: Any) -> Any:
+        if isinstance(logging_obj, StreamLog) and not logging_obj.sends_usage:
+            return None
         known = getattr(logging_obj, "built", None)
         if known is not None and known[0] is chunks and known[1] == len(chunks):
             return known[2]
@@ -223,6 +237,7 @@ class StreamLog:
         self.optional_params: dict[str, Any] = {}
         self.completion_start_time: datetime.datetime | None = None
         self.built: tuple[list[Any], int, Any] | None = None  # ``built_once``: the chunks, their count, the answer
+        self.sends_usage = True  # whether the wrapper hands on a usage chunk (set once it is made: ``wrap``)
         self.model_call_details: dict[str, Any] = {
             "litellm_params": litellm_params,
             "custom_llm_provider": provider,
