@@ -555,19 +555,26 @@ def _body_words(source: str) -> str:
     return re.sub(r"\s+", "", body).replace("returnawait", "return").replace(",)", ")")
 
 
-async def test_the_answer_is_built_once_per_stream(provider: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """litellm's wrapper rebuilds the whole answer at the stream's end twice (the usage chunk, then its
-    callbacks); the fast path builds it once (``built_once``) and still hands on acompletion's chunks."""
+@pytest.fixture
+def builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many chunks each call of litellm's ``stream_chunk_builder`` is given, while the test runs (read by
+    the fast path when it is made, by acompletion's wrapper when it builds)."""
     import litellm
 
-    builds: list[int] = []
+    counts: list[int] = []
     builder = litellm.stream_chunk_builder
 
     def counted(**arguments: Any) -> Any:
-        builds.append(len(arguments["chunks"]))
+        counts.append(len(arguments["chunks"]))
         return builder(**arguments)
 
-    monkeypatch.setattr(litellm, "stream_chunk_builder", counted)  # read by the fast path when it is made
+    monkeypatch.setattr(litellm, "stream_chunk_builder", counted)
+    return counts
+
+
+async def test_the_answer_is_built_once_per_stream(provider: Any, builds: list[int]) -> None:
+    """litellm's wrapper rebuilds the whole answer at the stream's end twice (the usage chunk, then its
+    callbacks); the fast path builds it once (``built_once``) and still hands on acompletion's chunks."""
     reply, llm_input = CASES["text-usage"]
     results = await _both(provider, reply, "openai", **llm_input)
     _assert_same(results)
@@ -579,21 +586,11 @@ async def test_the_answer_is_built_once_per_stream(provider: Any, monkeypatch: p
 
 @pytest.mark.parametrize("case", ["text", "no-usage-option", "text-usage-unasked"])
 async def test_a_stream_without_a_usage_chunk_is_not_built_at_its_end(
-    provider: Any, monkeypatch: pytest.MonkeyPatch, case: str
+    provider: Any, builds: list[int], case: str
 ) -> None:
     """A stream whose caller asked for no usage gets no usage chunk, so the fast path does not rebuild the
     answer at its end (acompletion does, for its callbacks; with no usage from the provider that counted the
     whole prompt with ``token_counter`` before the stream could end), and its chunks are still acompletion's."""
-    import litellm
-
-    builds: list[int] = []
-    builder = litellm.stream_chunk_builder
-
-    def counted(**arguments: Any) -> Any:
-        builds.append(len(arguments["chunks"]))
-        return builder(**arguments)
-
-    monkeypatch.setattr(litellm, "stream_chunk_builder", counted)  # read by the fast path when it is made
     reply, llm_input = CASES[case]
     results = await _both(provider, reply, "openai", **llm_input)
     _assert_same(results)
