@@ -1,4 +1,5 @@
-"""Which calls go through ``litellm.acompletion`` rather than the provider fast path (``proxy/provider/fast``)."""
+"""Which calls go through ``litellm.acompletion`` rather than the provider fast path (``proxy/provider/fast``),
+and what litellm's stream wrapper builds at a stream's end."""
 
 from __future__ import annotations
 
@@ -20,3 +21,20 @@ def count_acompletion(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(litellm, "acompletion", counted)
     return models
+
+
+def count_stream_builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many chunks each call of litellm's ``stream_chunk_builder`` (the answer a stream's wrapper rebuilds
+    at its end) is given, by acompletion's wrapper or the fast path's; set it before the fast path is made
+    (a proxy started after it), which takes the builder then."""
+    import litellm
+
+    counts: list[int] = []
+    builder = litellm.stream_chunk_builder
+
+    def counted(**arguments: Any) -> Any:
+        counts.append(len(arguments["chunks"]))
+        return builder(**arguments)
+
+    monkeypatch.setattr(litellm, "stream_chunk_builder", counted)
+    return counts

@@ -26,6 +26,7 @@ from proxy.kernel.errors import ProxyError
 from proxy.provider.fast.streaming import StreamLog, built_inline
 from proxy.provider.fast.surface import load
 from proxy.provider.litellm_backend import LiteLLMBackend
+from tests.acompletion_calls import count_stream_builds
 from tests.provider.test_fast_path import HISTORY, READ_HEADERS, ROUTES, TOOLS, _outcome
 
 
@@ -557,19 +558,7 @@ def _body_words(source: str) -> str:
 
 @pytest.fixture
 def builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many chunks each call of litellm's ``stream_chunk_builder`` is given, while the test runs (read by
-    the fast path when it is made, by acompletion's wrapper when it builds)."""
-    import litellm
-
-    counts: list[int] = []
-    builder = litellm.stream_chunk_builder
-
-    def counted(**arguments: Any) -> Any:
-        counts.append(len(arguments["chunks"]))
-        return builder(**arguments)
-
-    monkeypatch.setattr(litellm, "stream_chunk_builder", counted)
-    return counts
+    return count_stream_builds(monkeypatch)
 
 
 async def test_the_answer_is_built_once_per_stream(provider: Any, builds: list[int]) -> None:
