@@ -65,7 +65,7 @@ class _Answer:
             "usage": {"prompt_tokens": 1000, "completion_tokens": 1, "total_tokens": 1001},
         }
 
-    async def stream(self, llm_input: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, llm_input: dict[str, Any], *, usage_to_caller: bool = True) -> AsyncIterator[dict[str, Any]]:
         raise NotImplementedError("the levers send whole requests")
 
 

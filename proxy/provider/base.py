@@ -24,8 +24,10 @@ class ProviderBackend(Protocol):
     async def complete(self, llm_input: dict[str, Any]) -> dict[str, Any]:
         """A whole chat completion as an OpenAI response dict."""
 
-    async def stream(self, llm_input: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        """Chat completion chunks as OpenAI chunk dicts; the first one is fetched before returning."""
+    async def stream(self, llm_input: dict[str, Any], *, usage_to_caller: bool = True) -> AsyncIterator[dict[str, Any]]:
+        """Chat completion chunks as OpenAI chunk dicts; the first one is fetched before returning.
+        ``usage_to_caller=False``: the usage ``llm_input`` asks for is the proxy's own and reaches no client,
+        so its chunk may carry the provider's own figures rather than litellm's (``LiteLLMBackend.stream``)."""
 
     async def complete_native(
         self, api: Api, body: dict[str, Any], headers: Mapping[str, str], route: Mapping[str, Any]

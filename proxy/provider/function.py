@@ -60,7 +60,7 @@ class FunctionBackend:
         self.history.append(copy.deepcopy(llm_input))
         return self.handler(llm_input)
 
-    async def stream(self, llm_input: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, llm_input: dict[str, Any], *, usage_to_caller: bool = True) -> AsyncIterator[dict[str, Any]]:
         """The handler's completion as chunks (the handler runs now, as the first chunk is fetched)."""
         self.history.append(copy.deepcopy(llm_input))
         answer = self.handler(llm_input)

@@ -151,14 +151,14 @@ class RecordingBackend:
         exchange.response = copy.deepcopy(response)
         return response
 
-    async def stream(self, llm_input: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, llm_input: dict[str, Any], *, usage_to_caller: bool = True) -> AsyncIterator[dict[str, Any]]:
         """The wrapped backend's chunks, recorded as they pass."""
         capture = _ACTIVE.get()
         if capture is None:
-            return await self._inner.stream(llm_input)
+            return await self._inner.stream(llm_input, usage_to_caller=usage_to_caller)
         exchange = capture.start(llm_input)
         try:
-            chunks = await self._inner.stream(llm_input)
+            chunks = await self._inner.stream(llm_input, usage_to_caller=usage_to_caller)
         except ProxyError as exc:
             exchange.error = error_record(exc)
             raise

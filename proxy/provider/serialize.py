@@ -37,6 +37,7 @@ _COMPLETION_DETAILS = (
     "text_tokens",
     "rejected_prediction_tokens",
 )
+_USAGE_CHUNK_ENVELOPE = ("id", "object", "created", "model")
 _PROMPT_DETAILS = ("audio_tokens", "cached_tokens", "text_tokens", "image_tokens", "cache_write_tokens")
 
 
@@ -88,6 +89,14 @@ class StreamSerializer:
         if had_content and not _worth_sending(out):
             return []
         return [out]
+
+    def usage_chunk(self, chunk: Any) -> dict[str, Any]:
+        """A chunk with no choice that carries ``chunk``'s usage, as litellm's stream wrapper makes its usage
+        chunk: the id, clock and model of the stream's last chunk (``chunk``'s own when there was none)."""
+        out = chunk_to_openai(chunk)
+        envelope = self._last or out
+        base = {key: envelope[key] for key in _USAGE_CHUNK_ENVELOPE if key in envelope}
+        return {**base, "choices": [], **({"usage": out["usage"]} if "usage" in out else {})}
 
     def finish(self) -> list[dict[str, Any]]:
         """The calls still held when the stream ends (a provider that never finished its choice)."""

@@ -133,7 +133,7 @@ class ReplayBackend:
         message = accumulate(exchange.chunks or [])
         return _completion(message.get("content"), llm_input, message)
 
-    async def stream(self, llm_input: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, llm_input: dict[str, Any], *, usage_to_caller: bool = True) -> AsyncIterator[dict[str, Any]]:
         """The recorded chunks of this call (a recorded whole answer is cut into chunks)."""
         exchange = self._answer(self._start(llm_input), llm_input)
         if exchange.chunks is not None:

@@ -142,7 +142,7 @@ class ModelCalls:
                 )
                 answer = Completion(response)
             else:  # relayed as it comes; with proxy tools offered, round by round (``rounds.py``)
-                chunks = await self.backend.stream(llm_input)
+                chunks = await self.backend.stream(llm_input, usage_to_caller=not strip_usage)
                 answer, live = LiveStream(self._finish_stream(chunks, record, strip_usage)), True
             return Reply(answer, proxy_tools, visible)
         except EmptyStream as empty:

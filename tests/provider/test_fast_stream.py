@@ -22,7 +22,7 @@ from typing import Any
 import openai
 import pytest
 
-from proxy.kernel.errors import ProxyError
+from proxy.kernel.errors import EmptyStream, ProxyError
 from proxy.provider.fast.streaming import StreamLog, built_inline
 from proxy.provider.fast.surface import load
 from proxy.provider.litellm_backend import LiteLLMBackend
@@ -61,8 +61,11 @@ TOOL_CALL = [
 ]
 
 
-async def _both(provider: Any, reply: dict[str, Any], route: str = "openai", **llm_input: Any) -> list[tuple[Any, Any]]:
-    """(what the provider received, the chunks and how the stream ended) on each path, acompletion first."""
+async def _both(
+    provider: Any, reply: dict[str, Any], route: str = "openai", *, usage_to_caller: bool = True, **llm_input: Any
+) -> list[tuple[Any, Any]]:
+    """(what the provider received, the chunks and how the stream ended) on each path, acompletion first;
+    ``usage_to_caller`` is what the fast path's stream is told (acompletion's cannot be)."""
     results = []
     for fast in (False, True):
         api_base = provider.add(**reply)
@@ -73,7 +76,7 @@ async def _both(provider: Any, reply: dict[str, Any], route: str = "openai", **l
         chunks: list[dict[str, Any]] = []
         ending: Any = "complete"
         try:
-            async for chunk in await backend.stream(arguments):
+            async for chunk in await backend.stream(arguments, usage_to_caller=usage_to_caller or not fast):
                 chunks.append(chunk)
         except ProxyError as error:
             ending = _outcome(error)
@@ -585,3 +588,53 @@ async def test_a_stream_without_a_usage_chunk_is_not_built_at_its_end(
     _assert_same(results)
     assert results[1][1][1] == "complete"
     assert len(builds) == 1  # acompletion's own, for its callbacks; none on the fast path
+
+
+@pytest.mark.parametrize("route", ["openai", "azure"])
+@pytest.mark.parametrize("case", ["text-usage", "tool-call-usage"])
+async def test_a_usage_only_the_proxy_asked_for_is_the_providers_own_not_rebuilt(
+    provider: Any, builds: list[int], route: str, case: str
+) -> None:
+    """The usage the proxy asks for itself (a chat client that did not, in dynamic mode) reaches no client:
+    the fast path's stream ends with the provider's own usage instead of the usage chunk litellm's wrapper
+    builds by rebuilding the whole answer after the last chunk. The provider gets the same bytes; every
+    other chunk is acompletion's, and so are the usage's figures."""
+    reply, llm_input = CASES[case]
+    results = await _both(provider, reply, route, usage_to_caller=False, **llm_input)
+    (slow_sent, (slow_chunks, slow_ending)), (fast_sent, (fast_chunks, fast_ending)) = results
+    assert json.dumps(fast_sent) == json.dumps(slow_sent)
+    assert '"include_usage":true' in fast_sent[2][0].replace(" ", "")  # the provider was asked for its usage
+    assert fast_ending == slow_ending == "complete"
+    assert fast_chunks[:-1] == slow_chunks[:-1]
+    # The stream's id and clock; its model the stream's chunks' (litellm names Azure's deployment in its own).
+    assert fast_chunks[-1]["id"] == slow_chunks[-1]["id"] and fast_chunks[-1]["model"] == fast_chunks[0]["model"]
+    assert fast_chunks[-1]["choices"] == [] and fast_chunks[-1]["usage"] == USAGE["usage"]
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        assert fast_chunks[-1]["usage"][key] == slow_chunks[-1]["usage"][key]
+    assert len(builds) == 2  # acompletion's two (its usage chunk, its callbacks); none on the fast path
+
+
+async def test_a_stream_with_nothing_but_the_proxys_usage_is_still_not_empty(provider: Any) -> None:
+    """A provider stream that finishes with no content and then sends the usage the proxy asked for: still
+    an answer of nothing, as when litellm's own usage chunk ended it (the usage was its substance), now
+    ended by the provider's usage. Without any usage from the provider it is an empty stream, as in legacy
+    mode: the usage litellm made up for it (its own count of the prompt) no longer passes it as an answer."""
+    outcomes: dict[tuple[bool, bool], Any] = {}
+    for sends_usage in (True, False):
+        for usage_to_caller in (True, False):
+            api_base = provider.add(chunks=[_chunk({}, "stop"), *([USAGE] if sends_usage else [])])
+            backend = LiteLLMBackend(timeout_seconds=30, fast_path=True)
+            arguments = {**ROUTES["openai"], "api_base": api_base, "api_key": "sk-test-key", "messages": HISTORY}
+            arguments["stream_options"] = {"include_usage": True}
+            try:
+                stream = await backend.stream(arguments, usage_to_caller=usage_to_caller)
+                outcomes[sends_usage, usage_to_caller] = [chunk["usage"] async for chunk in stream if "usage" in chunk]
+            except EmptyStream:
+                outcomes[sends_usage, usage_to_caller] = "empty"
+            finally:
+                await backend.aclose()
+    assert outcomes[True, False] == [USAGE["usage"]]  # the provider's own figures
+    built = outcomes[True, True]  # litellm's, built from the same chunk (it adds details the provider did not send)
+    assert [{key: usage[key] for key in USAGE["usage"]} for usage in built] == [USAGE["usage"]]
+    assert outcomes[False, False] == "empty"
+    assert outcomes[False, True] != "empty"  # litellm's made-up usage: the old way, still the caller's ask

@@ -34,7 +34,7 @@ class FunctionBackend:
             raise self.answer
         return {"choices": [{"message": {"role": "assistant", "content": self.answer}}]}
 
-    async def stream(self, llm_input: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, llm_input: dict[str, Any], *, usage_to_caller: bool = True) -> AsyncIterator[dict[str, Any]]:
         raise AssertionError("the summarizer never streams")
 
 

@@ -97,10 +97,12 @@ class FastPath:
         # litellm resolves a route's timeout to a float (and says so in its errors)
         return await call.adapter.complete(self._pool(), call.llm_input, float(timeout), call.scan)
 
-    async def stream(self, call: FastCall, timeout: float) -> Any:
+    async def stream(self, call: FastCall, timeout: float, *, usage_to_caller: bool = True) -> Any:
         """A streamed call that ``accepted`` took: the async iterator of litellm chunks ``acompletion`` returns
-        for it, or a litellm exception (``streaming.py``)."""
-        return await call.adapter.stream(self._pool(), call.llm_input, float(timeout), call.scan)
+        for it, or a litellm exception (``streaming.py``). ``usage_to_caller``: see ``Adapter.stream``."""
+        return await call.adapter.stream(
+            self._pool(), call.llm_input, float(timeout), call.scan, usage_to_caller=usage_to_caller
+        )
 
     def _pool(self) -> PooledClient:
         if self._client is None:

@@ -87,11 +87,21 @@ class AnthropicAdapter(Adapter):
         except Exception as exc:  # mapped the way litellm maps its own call's failures
             raise self.mapped(call.prepared.model, exc) from exc
 
-    async def stream(self, client: PooledClient, llm_input: dict[str, Any], timeout: float, scan: MessageScan) -> Any:
+    async def stream(
+        self,
+        client: PooledClient,
+        llm_input: dict[str, Any],
+        timeout: float,
+        scan: MessageScan,
+        *,
+        usage_to_caller: bool = True,
+    ) -> Any:
         """The streamed call as the handler makes it (``acompletion_stream_function``, ``make_call``): the
         request of a whole answer with ``stream`` added, sent as the standard library's ``json.dumps``
         writes it; the SSE read by litellm's own ``ModelResponseIterator`` and wrapped in its
-        ``CustomStreamWrapper``, which is handed no ``stream_options`` (it reads the caller's)."""
+        ``CustomStreamWrapper``, which is handed no ``stream_options`` (it reads the caller's). The usage is
+        always litellm's own (``usage_to_caller`` is not read): Anthropic reports it in two events, the
+        prompt's in ``message_start`` and the answer's in ``message_delta``, which its rebuild adds up."""
         p = self._parts
         try:
             call = await self._request(llm_input, scan)

@@ -55,6 +55,9 @@ class Adapter:
     route_keys = ROUTE_KEYS
     params: tuple[str, ...] = ()  # the OpenAI parameters this route maps
     streams = False  # whether ``stream`` serves this route's streamed calls (``stream: true``)
+    # Whether ``stream`` can leave a usage the caller did not ask for to the provider's own report (one
+    # usage chunk, OpenAI's shape) rather than have litellm's wrapper rebuild the answer for it.
+    reports_provider_usage = False
 
     def __init__(self, litellm: Any, parts: dict[str, Any]) -> None:
         self._litellm = litellm
@@ -102,10 +105,20 @@ class Adapter:
         litellm's ``ModelResponse`` or raises what acompletion raises."""
         raise NotImplementedError
 
-    async def stream(self, client: PooledClient, llm_input: dict[str, Any], timeout: float, scan: MessageScan) -> Any:
+    async def stream(
+        self,
+        client: PooledClient,
+        llm_input: dict[str, Any],
+        timeout: float,
+        scan: MessageScan,
+        *,
+        usage_to_caller: bool = True,
+    ) -> Any:
         """A streamed call of a shape ``accepted`` took, on a route that ``streams``: the stream opened, its
         chunks as litellm's stream wrapper yields them to acompletion's caller; or raises what acompletion
-        raises."""
+        raises. ``usage_to_caller=False`` (on a route that ``reports_provider_usage``): the usage ``llm_input``
+        asks for is the proxy's own, so the chunks are those of a caller that did not ask for it, and the
+        provider's usage stays in the wrapper's ``chunks`` (``provider_usage_chunk``)."""
         raise NotImplementedError
 
     def prepare(self, llm_input: dict[str, Any], scan: MessageScan, **provider_params: Any) -> Prepared:

@@ -44,6 +44,7 @@ class OpenAIAdapter(Adapter):
     provider = "openai"
     params = _OPENAI_PARAMS
     streams = True
+    reports_provider_usage = True
     # litellm's Azure handler takes ``json_mode`` (a JSON answer asked for through a tool) out of the
     # params and converts the answer's tool call back; its OpenAI handler leaves both alone.
     converts_json_mode = False
@@ -65,12 +66,25 @@ class OpenAIAdapter(Adapter):
         config = p["ProviderConfigManager"].get_provider_chat_config(model=model, provider=p["LlmProviders"]("openai"))
         return config is None or bool(config.should_fake_stream(model=model, custom_llm_provider="openai", stream=True))
 
-    async def stream(self, client: PooledClient, llm_input: dict[str, Any], timeout: float, scan: MessageScan) -> Any:
+    async def stream(
+        self,
+        client: PooledClient,
+        llm_input: dict[str, Any],
+        timeout: float,
+        scan: MessageScan,
+        *,
+        usage_to_caller: bool = True,
+    ) -> Any:
         """The streamed call as litellm's OpenAI handler makes it (``async_streaming``): the config's request
         with ``stream`` and the handler's ``stream_options`` added, the SSE read by the openai SDK's own
         ``AsyncStream`` into its chunk objects, those turned into litellm's by litellm's ``CustomStreamWrapper``
         (``fast/streaming.py``). A 400 that says the output budget could not fit one token becomes the
-        one-chunk stream litellm makes of it (``build_output_token_limit_response``), as for a whole answer."""
+        one-chunk stream litellm makes of it (``build_output_token_limit_response``), as for a whole answer.
+
+        ``usage_to_caller=False``: the provider is asked for usage as ``llm_input`` says, and the wrapper is
+        made as for a caller that did not ask (``include_usage`` left out of its options): it keeps the
+        provider's usage chunk in its ``chunks`` and hands on no usage chunk of its own, which it would
+        build by rebuilding the whole answer after the last chunk (``built_once``)."""
         try:
             prepared = self.prepare(llm_input, scan, **self._provider_params(llm_input))
             data = self._stream_body(prepared, llm_input.get("stream_options"))
@@ -85,6 +99,9 @@ class OpenAIAdapter(Adapter):
             "stream_options": data.get("stream_options"),
             "requested_options": llm_input.get("stream_options"),
         }
+        if not usage_to_caller:
+            wrapping["stream_options"] = _without_usage(wrapping["stream_options"])
+            wrapping["requested_options"] = _without_usage(wrapping["requested_options"])
         started = time.time()
         try:
             try:
@@ -245,6 +262,14 @@ class OpenAIAdapter(Adapter):
             body=getattr(exc, "body", None),
         )
         return chained(wrapped, exc)
+
+
+def _without_usage(options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Stream options as a caller that asked for no usage would have sent them."""
+    if not options:
+        return options
+    kept = {key: value for key, value in options.items() if key != "include_usage"}
+    return kept or None
 
 
 def _sdk(value: Any) -> Any:
