@@ -152,7 +152,8 @@ class LiteLLMBackend:
                     chunk = await iterator.__anext__()
                 except StopAsyncIteration:
                     # litellm turns a stream of nothing into one empty "stop" chunk; neither is an answer.
-                    # A stream that only carries usage (include_usage) has substance and passes.
+                    # A stream that only carries usage (include_usage) has substance and passes: the
+                    # provider's own, where the wrapper was told to keep it (``reported``).
                     usage = _reported_usage_chunk(upstream, serializer) if reported else None
                     if usage is None:
                         raise EmptyStream("The provider's stream ended without any choice content or usage.") from None

@@ -118,7 +118,7 @@ class Adapter:
         chunks as litellm's stream wrapper yields them to acompletion's caller; or raises what acompletion
         raises. ``usage_to_caller=False`` (on a route that ``reports_provider_usage``): the usage ``llm_input``
         asks for is the proxy's own, so the chunks are those of a caller that did not ask for it, and the
-        provider's usage stays in the wrapper's ``chunks`` (``provider_usage_chunk``)."""
+        provider's usage stays in the wrapper's ``chunks`` (read there by ``LiteLLMBackend.stream``)."""
         raise NotImplementedError
 
     def prepare(self, llm_input: dict[str, Any], scan: MessageScan, **provider_params: Any) -> Prepared:
