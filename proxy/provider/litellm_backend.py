@@ -136,7 +136,6 @@ class LiteLLMBackend:
         serializer = StreamSerializer()
         upstream = None
         reported = False  # the usage chunk is made here, from the provider's own (``_reported_usage_chunk``)
-        ended = False
         try:
             arguments = self.provider_arguments({**llm_input, "stream": True})
             fast = self._fast.accepted(arguments) if self._fast is not None else None
@@ -158,7 +157,7 @@ class LiteLLMBackend:
                     if usage is None:
                         raise EmptyStream("The provider's stream ended without any choice content or usage.") from None
                     ahead.append(usage)
-                    ended = True
+                    reported = False  # made already: the stream has nothing left
                     break
                 ahead += serializer.feed(chunk)
         except ProxyError:
@@ -168,9 +167,7 @@ class LiteLLMBackend:
             await _close(upstream)
             raise translate_provider_error(exc, secrets=secrets, hints=hints) from exc
         relayed = ProviderStream()
-        relayed.chunks = _relay(
-            upstream, iterator, serializer, ahead, secrets, hints, relayed, reported=reported and not ended
-        )
+        relayed.chunks = _relay(upstream, iterator, serializer, ahead, secrets, hints, relayed, reported=reported)
         return relayed
 
     async def complete_native(
