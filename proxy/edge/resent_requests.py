@@ -210,7 +210,7 @@ def _continued(raw: bytes, known: _Request, copies: Callable[[], list[Any]]) -> 
         return None
     mine = copies()
     rest["messages"] = [*mine, *new]
-    kept = (*known.messages, *(_fresh(message) for message in new))
+    kept = (*known.messages, *(fresh_copy(message) for message in new))
     nested = (*known.nested, *(len(mine) + k for k, message in enumerate(new) if _nests(message)))
     return ChatBody(rest, len(mine), known.digests, (raw, _prefix_length(raw, end), known.start, kept, nested))
 
@@ -261,7 +261,7 @@ def _layout(raw: bytes, body: dict[str, Any]) -> _Layout | None:
     if end < 0 or _rest(raw, start, end) is None:
         return None
     nested = tuple(k for k, message in enumerate(messages) if _nests(message))
-    return raw, _prefix_length(raw, end), start, tuple(_fresh(message) for message in messages), nested
+    return raw, _prefix_length(raw, end), start, tuple(fresh_copy(message) for message in messages), nested
 
 
 def _array_start(raw: bytes) -> int | None:
@@ -313,31 +313,31 @@ def _prefix_length(raw: bytes, end: int) -> int:
 
 
 def _fresh_messages(messages: tuple[Any, ...], nested: tuple[int, ...]) -> list[Any]:
-    """``_fresh`` of each of a remembered request's ``messages``, at C speed: a dict copy of each (nearly all
+    """``fresh_copy`` of each of a remembered request's ``messages``, at C speed: a dict copy of each (nearly all
     hold only strings and numbers), then the ``nested`` ones (tool calls, content parts) copied whole
     through ``marshal``, which copies plain JSON values (their small strings with them) in one pass, and
-    keeps the keys' order. Anything either refuses is copied by ``_fresh``."""
+    keeps the keys' order. Anything either refuses is copied by ``fresh_copy``."""
     try:
         out = list(map(dict.copy, messages))
     except TypeError:  # a message that is not a dict (validated requests hold none)
-        return [_fresh(message) for message in messages]
+        return [fresh_copy(message) for message in messages]
     if nested:
         deep = [messages[k] for k in nested]
         try:
             copies = marshal.loads(marshal.dumps(deep))
         except ValueError:  # a value that is not plain JSON
-            copies = [_fresh(message) for message in deep]
+            copies = [fresh_copy(message) for message in deep]
         for k, copy in zip(nested, copies, strict=True):
             out[k] = copy
     return out
 
 
 def _nests(message: Any) -> bool:
-    """Whether ``_fresh`` of ``message`` is more than a copy of one dict."""
+    """Whether ``fresh_copy`` of ``message`` is more than a copy of one dict."""
     return type(message) is not dict or any(type(v) is dict or type(v) is list for v in message.values())
 
 
-def _fresh(value: Any) -> Any:
+def fresh_copy(value: Any) -> Any:
     """A copy of ``value``'s dicts and lists (their strings and numbers, immutable, are shared); copied
     whole, then its nested containers replaced, which is half the time of building each anew. Anything
     else is returned as it is: a message that is not an object is refused by the checks after the decode
@@ -348,9 +348,9 @@ def _fresh(value: Any) -> Any:
     if type(value) is dict:
         for key, item in value.items():
             if type(item) is dict or type(item) is list:
-                copy[key] = _fresh(item)
+                copy[key] = fresh_copy(item)
     elif type(value) is list:
         for index, item in enumerate(value):
             if type(item) is dict or type(item) is list:
-                copy[index] = _fresh(item)
+                copy[index] = fresh_copy(item)
     return copy

@@ -131,3 +131,31 @@ def test_head_root_is_a_plain_404_and_the_proxy_keeps_serving(start_proxy, provi
     with httpx.Client(base_url=proxy.url) as http:
         assert http.head("/").status_code == 404
     assert sdk(proxy).messages.create(model=MODEL, max_tokens=10, messages=USER).content
+
+
+def test_a_bad_message_inside_a_history_the_proxy_already_translated_is_refused_naming_it(start_proxy, provider):
+    """The ingress validates and translates a resent history once (``translations.py``); a history that
+    resends it with one bad message inside is still refused at the socket, naming that message, before the
+    provider or the store, and the good history after it is served as before."""
+    proxy = start_proxy(trace_enabled=True)
+    history: list[Any] = [
+        {"role": "user", "content": "Measure sample A."},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "measure", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "4.2 mg"}]},
+    ]
+    headers = {"x-session-id": "s-resent"}
+    sdk(proxy).messages.create(model=MODEL, max_tokens=10, messages=history, extra_headers=headers)
+    sent = len(provider.history)
+    bad = {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_2", "name": "", "input": {}}]}
+    resent = [*history, {"role": "assistant", "content": "It weighs 4.2 mg."}, bad, *USER]
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        sdk(proxy).messages.create(model=MODEL, max_tokens=10, messages=resent, extra_headers=headers)
+    error = error_of(caught.value)
+    assert error["type"] == "invalid_request_error" and error["message"].startswith("messages.4.content.0")
+    assert len(provider.history) == sent
+    traces = sorted((proxy.settings.data_dir / "context-traces" / "s-resent").glob("turn-*.json"))
+    assert len(traces) == 1  # the refused turn stored nothing
+    good = [*history, {"role": "assistant", "content": "It weighs 4.2 mg."}, *USER]
+    sdk(proxy).messages.create(model=MODEL, max_tokens=10, messages=good, extra_headers=headers)
+    assert provider.history[-1]["messages"][-1] == {"role": "user", "content": "hi"}
+    assert len(provider.history) == sent + 1

@@ -273,15 +273,26 @@ def check_chat_request(
     if not isinstance(messages, list) or not messages:
         return parse_chat_request(body), None
     digests = [*resent_digests, *map(exact_digest, messages[resent:])]
-    # A resent prefix passed as a whole before; of the rest, what no request had. The last message is new
-    # on nearly every turn; keeping it also keeps the list valid (non-empty).
-    fresh = [resent + index for index in known.unknown(digests[resent:])] or [len(messages) - 1]
-    subset = {**body, "messages": [messages[index] for index in fresh]}
-    request = validated(ChatCompletionRequest, subset, lambda errors: _chat_error(errors, fresh))
-    # A resent prefix was a whole valid request: every call in it answered, nothing pending at its end.
-    check_tool_pairing(messages, start=resent)
+    # A resent prefix passed as a whole before; of the rest, what no request had.
+    fresh = [resent + index for index in known.unknown(digests[resent:])]
+    request = check_fresh_messages(body, fresh, pairs_before=resent)
     known.remember(digests[resent:])
     return request, digests
+
+
+def check_fresh_messages(body: dict[str, Any], fresh: Sequence[int], pairs_before: int = 0) -> ChatCompletionRequest:
+    """``parse_chat_request`` of a body (with a non-empty message list) whose messages passed it before, all
+    but those at the ``fresh`` positions: only those are validated, and the cross-message rules see every
+    message after the first ``pairs_before`` (a prefix that was a whole valid request: every call in it
+    answered, nothing pending at its end). Returns the validated request, whose ``messages`` are only those
+    validated now (read its other fields); an error names the position in the request."""
+    messages = body["messages"]
+    # The last message is new on nearly every turn; keeping it also keeps the list valid (non-empty).
+    positions = list(fresh) or [len(messages) - 1]
+    subset = {**body, "messages": [messages[index] for index in positions]}
+    request = validated(ChatCompletionRequest, subset, lambda errors: _chat_error(errors, positions))
+    check_tool_pairing(messages, start=pairs_before)
+    return request
 
 
 def _chat_error(errors: list[ErrorDetails], positions: list[int] | None = None) -> InvalidRequest:

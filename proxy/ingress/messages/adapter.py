@@ -12,6 +12,8 @@ session in the store and may call the model to write a checkpoint, neither of wh
 
 from __future__ import annotations
 
+from functools import partial
+
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
@@ -21,10 +23,11 @@ from proxy.ingress.chat.wire import parse_chat_request
 from proxy.ingress.front_door import FrontDoor, context_headers
 from proxy.ingress.messages.errors import error_body, error_response, prompt_too_long
 from proxy.ingress.messages.native import native_request
-from proxy.ingress.messages.request import Translation, to_chat
+from proxy.ingress.messages.request import Translation, to_chat, translate_request
 from proxy.ingress.messages.response import to_message
 from proxy.ingress.messages.stream import message_events, native_events
-from proxy.ingress.messages.wire import parse_count_tokens_request, parse_messages_request
+from proxy.ingress.messages.translations import MessageTranslations
+from proxy.ingress.messages.wire import parse_count_tokens_request
 from proxy.kernel.config import ModelRoute
 from proxy.kernel.errors import AssemblyFailed, ContextOverflow
 from proxy.kernel.jsonio import JSONAnswer
@@ -37,6 +40,7 @@ class MessagesIngress:
 
     def __init__(self, front: FrontDoor) -> None:
         self._front = front
+        self._translations = MessageTranslations()  # a resent history is validated and translated once
 
     def routes(self) -> list[Route]:
         """The ingress's routes, each answering its errors in Anthropic's shape (its clients read no other)."""
@@ -55,11 +59,10 @@ class MessagesIngress:
         body = await front.reader.json(http)
         mode = front.mode(http)
         service = front.service
-        request = parse_messages_request(body)
-        route = front.route(request.model, principal)
+        request, route, translation = translate_request(
+            body, partial(front.route, principal=principal), http.headers, self._translations
+        )
         native = route.api == "messages"  # the client speaks its route's own API: native passage
-        translation = to_chat(request, body, route, http.headers, native=native)
-        parse_chat_request(translation.body)  # the chat path's own checks: tool results answer their calls
         passage = None
         if native:
             passage = native_request(body, route, http.headers, translation.body.get("max_tokens"), translation.notes)
@@ -73,6 +76,7 @@ class MessagesIngress:
                 http.headers,
                 mode,
                 ingress=translation.notes,
+                digests=translation.digests,
                 native=passage,
                 provider_fields=translation.provider_fields,
             )

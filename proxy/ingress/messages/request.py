@@ -20,10 +20,14 @@ Everything left out or not forwarded is listed in ``notes``, which the turn's tr
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
+from proxy.edge.resent_requests import fresh_copy
+from proxy.ingress.chat.wire import check_fresh_messages
+from proxy.ingress.messages.translations import MessageTranslations, Recalled
 from proxy.ingress.messages.wire import (
     KNOWN_FIELDS,
     CountTokensRequest,
@@ -35,6 +39,7 @@ from proxy.ingress.messages.wire import (
     ToolChoice,
     ToolResultBlock,
     parse_block,
+    parse_messages_request,
 )
 from proxy.kernel.config import ModelRoute
 from proxy.kernel.errors import InvalidRequest
@@ -59,6 +64,8 @@ class Translation:
     body: dict[str, Any]
     notes: dict[str, Any] = field(default_factory=dict)
     provider_fields: dict[str, Any] = field(default_factory=dict)
+    fresh: list[int] = field(default_factory=list)  # the chat messages translated now, not remembered
+    digests: list[bytes] | None = None  # every chat message's exact digest, when the translation was recalled
 
 
 def is_anthropic_route(route: ModelRoute) -> bool:
@@ -73,20 +80,41 @@ def to_chat(
     headers: Mapping[str, str],
     *,
     native: bool = False,
+    recalled: Recalled | None = None,
 ) -> Translation:
     """The chat body for ``request`` (validated from ``raw``) on ``route``; ``native``: the route is spoken to
-    in the Messages API, so each message keeps the blocks it came from (``proxy/kernel/native.py``)."""
+    in the Messages API, so each message keeps the blocks it came from (``proxy/kernel/native.py``);
+    ``recalled``: what is remembered of the request's messages (``translations.py``): those are not
+    translated again, and the translation has every chat message's exact digest."""
     anthropic = is_anthropic_route(route)
     notes: dict[str, Any] = {"api": "anthropic-messages"}
     converter = _Converter(anthropic=anthropic, native=native)
-    messages = converter.system(request.system)
-    if native and messages and raw.get("system"):
-        system = raw["system"]
-        with_native(messages[0], "messages", [system] if isinstance(system, str) else list(system))
-    for index, message in enumerate(request.messages):
-        messages += converter.message(message.role, message.content, index)
-    if not anthropic:
-        messages = [_unmarked(message) for message in messages]
+    messages: list[dict[str, Any]] = []
+    digests: list[bytes] = []
+    fresh: list[int] = []
+
+    def add(index: int, translate: Callable[[], list[dict[str, Any]]]) -> None:
+        """The chat messages of the message at ``index`` (-1: the system prompt), remembered or made now."""
+        copied = recalled.copies(index, anthropic=anthropic, native=native) if recalled is not None else None
+        if copied is not None:
+            chat, chat_digests, dropped = copied
+            converter.dropped_blocks += dropped
+        else:
+            before = converter.dropped_blocks
+            chat = translate()
+            if not anthropic:
+                chat = [_unmarked(message) for message in chat]
+            fresh.extend(range(len(messages), len(messages) + len(chat)))
+            if recalled is not None:
+                dropped = converter.dropped_blocks - before
+                chat_digests = recalled.learn(index, chat, dropped, anthropic=anthropic, native=native)
+        messages.extend(chat)
+        if recalled is not None:
+            digests.extend(chat_digests)
+
+    add(-1, partial(converter.system, request.system, raw.get("system")))
+    for index, message in enumerate(raw["messages"]):  # validated: now, or when a request first sent it
+        add(index, partial(converter.message, message["role"], message["content"], index))
     body: dict[str, Any] = {"model": request.model, "messages": messages}
     tools, dropped_tools = _tools(request.tools or [], keep_marks=anthropic)
     if tools:
@@ -112,7 +140,26 @@ def to_chat(
             body["extra_headers"] = forwarded
             notes["forwardedHeaders"] = sorted(forwarded)
     provider_fields = {name: body.pop(name) for name in (*_ANTHROPIC_ONLY, "extra_headers") if name in body}
-    return Translation(body, notes, provider_fields)
+    return Translation(body, notes, provider_fields, fresh, digests if recalled is not None else None)
+
+
+def translate_request(
+    body: Any, route_of: Callable[[str], ModelRoute], headers: Mapping[str, str], translations: MessageTranslations
+) -> tuple[MessagesRequest, ModelRoute, Translation]:
+    """A ``/v1/messages`` body validated, its route found (``route_of`` its model), translated for that route
+    and checked by the chat path's own rules (tool results answer their calls). What ``translations``
+    remembers of its messages is neither validated nor translated again; what it translated anew is
+    remembered once the request passed every check (``translations.py``)."""
+    messages, system = (body.get("messages"), body.get("system")) if isinstance(body, dict) else (None, None)
+    recalled = translations.recall(messages, system)
+    request = parse_messages_request(body, None if recalled is None else recalled.fresh)
+    route = route_of(request.model)
+    native = route.api == "messages"  # the client speaks its route's own API: native passage
+    translation = to_chat(request, body, route, headers, native=native, recalled=recalled)
+    check_fresh_messages(translation.body, translation.fresh)
+    if recalled is not None:
+        translations.remember(recalled)
+    return request, route, translation
 
 
 def _sampling(request: MessagesRequest, route: ModelRoute, anthropic: bool, notes: dict[str, Any]) -> dict[str, Any]:
@@ -219,23 +266,30 @@ class _Converter:
         self.native = native  # the route speaks Messages: each message keeps the blocks it came from
         self.dropped_blocks = 0
 
-    def system(self, system: str | list[TextBlock] | None) -> list[dict[str, Any]]:
+    def system(self, system: str | list[TextBlock] | None, raw: Any) -> list[dict[str, Any]]:
+        """The system prompt (validated, and as sent) as a system message, or none; the blocks a native route
+        keeps are a copy, as a message's are."""
         if system is None or system == [] or system == "":
             return []
         if isinstance(system, str):
-            return [{"role": "system", "content": system}]
-        return [{"role": "system", "content": [_text_part(block) for block in system]}]
+            message: dict[str, Any] = {"role": "system", "content": system}
+        else:
+            message = {"role": "system", "content": [_text_part(block) for block in system]}
+        return [self._native(message, [raw] if isinstance(raw, str) else fresh_copy(raw))]  # as ``message``'s
 
     def message(self, role: str, content: str | list[dict[str, Any]], index: int) -> list[dict[str, Any]]:
+        """A message's chat messages; its blocks are copied first: the ones a native route keeps beside them
+        are rendered and sent later, and whatever is done to them then must not change the client's body."""
         if isinstance(content, str):
             return [self._native({"role": role, "content": content}, [content])]
+        copied: list[dict[str, Any]] = fresh_copy(content)
         where = f"messages.{index}.content"
         if role == "system":
-            blocks = [parse_block(raw, f"{where}.{j}", _SYSTEM_BLOCKS) for j, raw in enumerate(content)]
+            blocks = [parse_block(raw, f"{where}.{j}", _SYSTEM_BLOCKS) for j, raw in enumerate(copied)]
             return [{"role": "system", "content": [_text_part(block) for block in blocks]}]
         if role == "user":
-            return self._user(content, where)
-        return [self._assistant(content, where)]
+            return self._user(copied, where)
+        return [self._assistant(copied, where)]
 
     def _parse(self, content: list[dict[str, Any]], where: str, allowed: tuple[str, ...]) -> list[tuple[Any, Any]]:
         """Each block validated, with the raw block it came from; server blocks are left out (counted)."""

@@ -8,6 +8,7 @@ would otherwise be lost without a word.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -186,9 +187,16 @@ class CountTokensRequest(BaseModel):
 KNOWN_FIELDS = frozenset(MessagesRequest.model_fields)
 
 
-def parse_messages_request(body: Any) -> MessagesRequest:
-    """Validate a decoded JSON body; raises ``InvalidRequest`` naming the first problem."""
-    return validated(MessagesRequest, body, _invalid)
+def parse_messages_request(body: Any, fresh: Sequence[int] | None = None) -> MessagesRequest:
+    """Validate a decoded JSON body; raises ``InvalidRequest`` naming the first problem. ``fresh``: the
+    positions of the only messages to validate, the others having passed before (``translations.py``); the
+    request's ``messages`` are then only those (read its other fields)."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if fresh is None or not isinstance(messages, list) or not messages:
+        return validated(MessagesRequest, body, _invalid)
+    positions = list(fresh) or [len(messages) - 1]  # the list stays non-empty
+    subset = {**body, "messages": [messages[index] for index in positions]}
+    return validated(MessagesRequest, subset, lambda errors: _invalid(errors, positions=positions))
 
 
 def parse_count_tokens_request(body: Any) -> CountTokensRequest:
@@ -225,8 +233,11 @@ class _ServerHolder(BaseModel):
 _MODELED = frozenset({"text", "image", "document", "tool_use", "tool_result", "thinking", "redacted_thinking"})
 
 
-def _invalid(errors: list[ErrorDetails], prefix: str = "") -> InvalidRequest:
+def _invalid(errors: list[ErrorDetails], prefix: str = "", positions: list[int] | None = None) -> InvalidRequest:
     error = errors[0]
-    parts = [str(part) for part in error["loc"] if part != "block"]
+    loc = error["loc"]
+    if positions is not None and len(loc) > 1 and loc[0] == "messages" and isinstance(loc[1], int):
+        loc = ("messages", positions[loc[1]], *loc[2:])  # a position in the validated subset, in the request
+    parts = [str(part) for part in loc if part != "block"]
     location = ".".join(([prefix] if prefix else []) + parts)
     return InvalidRequest(f"{location}: {error['msg']}", param=location or None)
