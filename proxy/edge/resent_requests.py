@@ -1,5 +1,6 @@
-"""Chat requests that resend a recent request's messages, recognized by their bytes: the resent messages
-are neither decoded, digested nor validated again.
+"""Requests that resend a recent request's messages, recognized by their bytes: the resent messages are
+neither decoded, digested nor validated again. Any body whose ``messages`` member is its conversation:
+chat's, and the Messages API's (Claude Code's body opens with its model and messages).
 
 Agents resend their whole history on every turn, so a turn's body is the previous body's bytes up to the
 end of its last message, a comma, the new messages and the rest of the body. Decoding a 1,000-message
@@ -81,8 +82,8 @@ class _Request:
 
 
 @dataclass
-class ChatBody:
-    """A decoded chat body, and how many of its leading messages repeat a request validated before
+class DecodedBody:
+    """A decoded body, and how many of its leading messages repeat a request validated before
     (``resent``), with their exact digests."""
 
     body: dict[str, Any]
@@ -93,7 +94,7 @@ class ChatBody:
 
 
 class ResentRequests:
-    """A bounded, thread-safe memo of recent chat requests, by their bytes."""
+    """A bounded, thread-safe memo of recent requests, by their bytes."""
 
     DEFAULT_MAX_BYTES = 48 * 1024 * 1024  # a 5,000-message history (13 MB of body) and a few smaller ones
 
@@ -120,7 +121,7 @@ class ResentRequests:
         """Whether ``make_spares`` has anything to do."""
         return bool(self._wanted)
 
-    def decode(self, raw: bytes) -> ChatBody:
+    def decode(self, raw: bytes) -> DecodedBody:
         """``raw`` decoded as :func:`~proxy.edge.request_body.decode_body` decodes it (``InvalidRequest`` for a
         bad body), its resent messages taken from the request they repeat."""
         for key, known in self._candidates(raw):
@@ -129,20 +130,20 @@ class ResentRequests:
                 resent._continues = key
                 return resent
         body = decode_body(raw)
-        return ChatBody(body, _layout=_layout(raw, body))
+        return DecodedBody(body, _layout=_layout(raw, body))
 
-    def remember(self, chat: ChatBody, digests: list[bytes]) -> None:
+    def remember(self, decoded: DecodedBody, digests: list[bytes]) -> None:
         """Remember a request whose messages all passed validation, with every message's exact digest."""
-        if chat._layout is None:
+        if decoded._layout is None:
             return
-        raw, length, start, messages, nested = chat._layout
+        raw, length, start, messages, nested = decoded._layout
         check = raw[max(0, length - _CHECK_BYTES) : length]
         known = _Request(raw, length, start, messages, tuple(digests), nested, check)
         if len(messages) != len(digests) or known.size > self.max_bytes:
             return
         with self._lock:
-            if chat._continues is not None:
-                self._forget(chat._continues)  # the session's next turn repeats this one, not that one
+            if decoded._continues is not None:
+                self._forget(decoded._continues)  # the session's next turn repeats this one, not that one
             self._requests[self._next_key] = known
             self._wanted = [*self._wanted[-self.max_requests :], self._next_key]
             self._next_key += 1
@@ -187,7 +188,7 @@ class ResentRequests:
             self._spares.pop(key, None)
 
 
-def _continued(raw: bytes, known: _Request, copies: Callable[[], list[Any]]) -> ChatBody | None:
+def _continued(raw: bytes, known: _Request, copies: Callable[[], list[Any]]) -> DecodedBody | None:
     """``raw`` decoded as ``known``'s messages (``copies`` of them: the turn's own) and some more, or
     ``None`` when it does not continue it."""
     if not raw.startswith(memoryview(known.raw)[: known.length]):  # compared in place: no copy of megabytes
@@ -212,7 +213,7 @@ def _continued(raw: bytes, known: _Request, copies: Callable[[], list[Any]]) -> 
     rest["messages"] = [*mine, *new]
     kept = (*known.messages, *(fresh_copy(message) for message in new))
     nested = (*known.nested, *(len(mine) + k for k, message in enumerate(new) if _nests(message)))
-    return ChatBody(rest, len(mine), known.digests, (raw, _prefix_length(raw, end), known.start, kept, nested))
+    return DecodedBody(rest, len(mine), known.digests, (raw, _prefix_length(raw, end), known.start, kept, nested))
 
 
 def _new_messages(tail: bytes) -> tuple[list[Any], int] | None:

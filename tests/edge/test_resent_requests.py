@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from proxy.edge.known_messages import KnownMessages
 from proxy.edge.request_body import decode_body
-from proxy.edge.resent_requests import ORJSON_TRAILING_CONTENT, ChatBody, ResentRequests
+from proxy.edge.resent_requests import ORJSON_TRAILING_CONTENT, DecodedBody, ResentRequests
 from proxy.ingress.chat.wire import check_chat_request
 from proxy.kernel.canonical import exact_digest
 from proxy.kernel.errors import InvalidRequest
@@ -40,7 +40,7 @@ def _raw(messages: list[Any], fmt: str = "json.dumps", **other: Any) -> bytes:
     return json.dumps(body, **FORMATS[fmt]).encode()
 
 
-def _turn(memo: ResentRequests, known: KnownMessages, raw: bytes) -> ChatBody:
+def _turn(memo: ResentRequests, known: KnownMessages, raw: bytes) -> DecodedBody:
     """What the chat edge does with a body (``proxy/app._parse``): decode, validate, remember."""
     decoded = memo.decode(raw)
     _, digests = check_chat_request(decoded.body, known, decoded.resent, decoded.resent_digests)

@@ -211,3 +211,50 @@ def test_count_tokens_uses_the_routes_calibrated_estimator(start_proxy, provider
     assert 1.2 * tokens <= before <= 1.3 * tokens
     # After: the provider's 1.3x and a small margin, never under what the provider will count.
     assert 1.3 * tokens <= after <= 1.4 * tokens
+
+
+def test_a_claude_code_session_resends_its_history_and_is_served_from_what_the_proxy_kept(
+    start_proxy, provider, monkeypatch
+):
+    """Claude Code's body opens with its model and the whole conversation; the next call resends it. The
+    ingress takes the resent messages from the request they repeat (not decoded again), and the rest of
+    the body as sent: a system prompt changed after them reaches the provider, as do the new messages."""
+    from proxy.edge.resent_requests import ResentRequests
+
+    taken: list[int] = []  # how many leading messages each request took from the one it repeats
+    decode = ResentRequests.decode
+
+    def observed(self: ResentRequests, raw: bytes) -> Any:
+        decoded = decode(self, raw)
+        taken.append(decoded.resent)
+        return decoded
+
+    monkeypatch.setattr(ResentRequests, "decode", observed)
+    provider.script(lambda body: Reply(content="Noted."))
+    proxy = start_proxy()
+    history: list[Any] = [{"role": "user", "content": "Weigh the samples."}]
+    for n in range(5):
+        call = {"type": "tool_use", "id": f"toolu_{n}", "name": "measure", "input": {"sample": f"A{n}"}}
+        history += [
+            {"role": "assistant", "content": [call]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": f"{n} g"}]},
+        ]
+
+    def send(messages: list[Any], system: str) -> None:
+        body = {"model": MODEL, "messages": messages, "system": system, "tools": TOOLS, "max_tokens": 50}
+        answered = httpx.post(
+            f"{proxy.url}/v1/messages",
+            content=json.dumps(body),  # in Claude Code's order: model and messages first
+            headers={"x-api-key": "sk-client", "content-type": "application/json", "x-session-id": "s-resent"},
+        )
+        assert answered.status_code == 200, answered.text
+
+    send(history, "You are a lab agent.")
+    later = [*history, {"role": "assistant", "content": "Noted."}, {"role": "user", "content": "Now sum them."}]
+    send(later, "You are a lab agent. Sum in grams.")
+    assert taken == [0, len(history)]
+    sent = provider.history[-1]
+    assert "Sum in grams." in sent["messages"][0]["content"]
+    assert [m["role"] for m in sent["messages"][1:]] == ["user", *["assistant", "tool"] * 5, "assistant", "user"]
+    assert [m["tool_call_id"] for m in sent["messages"] if m["role"] == "tool"] == [f"toolu_{n}" for n in range(5)]
+    assert sent["messages"][-1] == {"role": "user", "content": "Now sum them."}

@@ -64,12 +64,12 @@ def test_a_sent_answer_collects_what_outlived_the_turns_once_enough_has() -> Non
 
 
 async def test_a_streamed_answer_is_followed_as_a_whole_one_is() -> None:
-    # A chat stream's after-hook collects what outlived the turns, as a whole answer's does, then makes the
-    # next turn's copies; without the collection a stream-only agent's young generation filled to the
-    # threshold, walked in the middle of some later turn.
+    # A stream's after-hook (chat's and Messages') collects what outlived the turns, as a whole answer's
+    # does, then makes the next turn's copies; without the collection a stream-only agent's young
+    # generation filled to the threshold, walked in the middle of some later turn.
     import gc
 
-    from proxy.ingress.chat.adapter import _after_stream
+    from proxy.edge.after_answer import after_stream
     from proxy.process.startup_gc import AFTER_TURN_YOUNG
 
     class Memo:  # only the two members the hook reads of ``ResentRequests``
@@ -85,7 +85,7 @@ async def test_a_streamed_answer_is_followed_as_a_whole_one_is() -> None:
         gc.collect()
         kept = [{"n": n} for n in range(AFTER_TURN_YOUNG * 3 // 2)]  # survivors of earlier turns
         memo = Memo()
-        await _after_stream(memo)  # type: ignore[arg-type]
+        await after_stream(memo)  # type: ignore[arg-type]
         assert gc.get_count()[0] < AFTER_TURN_YOUNG // 10  # one young collection walked them
         assert memo.made == 1 and len(kept) == AFTER_TURN_YOUNG * 3 // 2
     finally:

@@ -11,12 +11,11 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import anyio
-from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from proxy.edge.after_answer import FreedAfter, after_stream
 from proxy.edge.answering import answering
 from proxy.edge.known_messages import KnownMessages
 from proxy.edge.resent_requests import ResentRequests
@@ -26,7 +25,6 @@ from proxy.ingress.front_door import FrontDoor
 from proxy.kernel.client_params import check_client_params
 from proxy.kernel.errors import InvalidRequest
 from proxy.kernel.jsonio import JSONAnswer
-from proxy.process.startup_gc import collect_after_turn
 from proxy.runtime.answers import Completion
 
 
@@ -63,9 +61,9 @@ class ChatIngress:
         result = await front.run(body, identity, route, request.headers, mode, digests=digests)
         if isinstance(result.answer, Completion):
             # The decoded history and the turn's memos are freed after the answer is sent, not before.
-            after = _FreedAfter((body, result), self._resent)
+            after = FreedAfter((body, result), self._resent)
             return JSONAnswer(result.answer.response, headers=result.headers, background=after)
-        return EventStream(result.answer, front.drain, result.headers, functools.partial(_after_stream, self._resent))
+        return EventStream(result.answer, front.drain, result.headers, functools.partial(after_stream, self._resent))
 
 
 def _parse(
@@ -88,34 +86,3 @@ def _parse(
     if digests is not None:
         resent.remember(decoded, digests)
     return body, chat, digests
-
-
-class _FreedAfter(BackgroundTask):
-    """Runs once the response is sent, holding ``held`` until then: a 1,000-message turn's objects (the
-    decoded body, the turn's memos) take a millisecond or two to free, after the client has its answer
-    rather than before; then what outlived the turn may be collected (``startup_gc``), and the copies of
-    its messages that the session's next turn will take are made (``make_spares``)."""
-
-    def __init__(self, held: tuple[object, ...], resent: ResentRequests) -> None:
-        super().__init__(collect_after_turn)
-        self._held: tuple[object, ...] = held
-        self._resent = resent
-
-    async def __call__(self) -> None:
-        self._held = ()  # the turn's objects go now, before the collection walks what is left
-        collect_after_turn()
-        await _make_spares(self._resent)
-
-
-async def _after_stream(resent: ResentRequests) -> None:
-    """What follows a streamed answer, as ``_FreedAfter`` follows a whole one: what outlived the turn may be
-    collected, then the next turn's copies are made."""
-    collect_after_turn()
-    await _make_spares(resent)
-
-
-async def _make_spares(resent: ResentRequests) -> None:
-    """The copies of the messages the session's next turn will take (``make_spares``), once an answer is
-    sent: on a worker thread, so other requests' turns go on meanwhile."""
-    if resent.wants_spares:
-        await anyio.to_thread.run_sync(resent.make_spares)

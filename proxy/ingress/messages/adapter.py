@@ -12,13 +12,18 @@ session in the store and may call the model to write a checkpoint, neither of wh
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from functools import partial
+from typing import Any
 
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from proxy.edge.after_answer import FreedAfter, after_stream
 from proxy.edge.answering import answering
+from proxy.edge.resent_requests import ResentRequests
 from proxy.ingress.chat.wire import parse_chat_request
 from proxy.ingress.front_door import FrontDoor, context_headers
 from proxy.ingress.messages.errors import error_body, error_response, prompt_too_long
@@ -27,7 +32,7 @@ from proxy.ingress.messages.request import Translation, to_chat, translate_reque
 from proxy.ingress.messages.response import to_message
 from proxy.ingress.messages.stream import message_events, native_events
 from proxy.ingress.messages.translations import MessageTranslations
-from proxy.ingress.messages.wire import parse_count_tokens_request
+from proxy.ingress.messages.wire import MessagesRequest, parse_count_tokens_request
 from proxy.kernel.config import ModelRoute
 from proxy.kernel.errors import AssemblyFailed, ContextOverflow
 from proxy.kernel.jsonio import JSONAnswer
@@ -40,7 +45,8 @@ class MessagesIngress:
 
     def __init__(self, front: FrontDoor) -> None:
         self._front = front
-        self._translations = MessageTranslations()  # a resent history is validated and translated once
+        self._resent = ResentRequests()  # a resent history is decoded and digested once
+        self._translations = MessageTranslations()  # ... and validated and translated once
 
     def routes(self) -> list[Route]:
         """The ingress's routes, each answering its errors in Anthropic's shape (its clients read no other)."""
@@ -56,12 +62,18 @@ class MessagesIngress:
         """``POST /v1/messages``."""
         front = self._front
         principal = await front.authorize(http)
-        body = await front.reader.json(http)
         mode = front.mode(http)
         service = front.service
-        request, route, translation = translate_request(
-            body, partial(front.route, principal=principal), http.headers, self._translations
+        # Decoded, validated and translated on the reader's worker thread for a large body: a long history
+        # is milliseconds of CPU the event loop, and every other client, should not wait for.
+        parse = partial(
+            _parse,
+            route_of=partial(front.route, principal=principal),
+            headers=http.headers,
+            resent=self._resent,
+            translations=self._translations,
         )
+        body, request, route, translation = await front.reader.decoded(http, parse)
         native = route.api == "messages"  # the client speaks its route's own API: native passage
         passage = None
         if native:
@@ -89,15 +101,19 @@ class MessagesIngress:
             error.headers.update(context_headers(identity, mode))
             raise error from exc
         if isinstance(result.answer, Completion):
+            # The decoded history and the turn's memos are freed after the answer is sent, not before.
+            after = FreedAfter((body, translation, result), self._resent)
             if result.answer.native is not None:  # the provider's own answer, as it came
-                return JSONAnswer(result.answer.native, headers=result.headers)
-            return JSONAnswer(to_message(result.answer.response, request.model), headers=result.headers)
+                return JSONAnswer(result.answer.native, headers=result.headers, background=after)
+            message = to_message(result.answer.response, request.model)
+            return JSONAnswer(message, headers=result.headers, background=after)
         if passage is not None:
-            relayed = native_events(result.answer, error_body)
-            return StreamingResponse(relayed, media_type="text/event-stream", headers=result.headers)
-        estimate = await _estimate(service, route, translation)
-        events = message_events(result.answer, request.model, error_body, estimate)
-        return StreamingResponse(events, media_type="text/event-stream", headers=result.headers)
+            events = native_events(result.answer, error_body)
+        else:
+            estimate = await _estimate(service, route, translation)
+            events = message_events(result.answer, request.model, error_body, estimate)
+        streamed = BackgroundTask(after_stream, self._resent)
+        return StreamingResponse(events, media_type="text/event-stream", headers=result.headers, background=streamed)
 
     async def count_tokens(self, http: Request) -> Response:
         """``POST /v1/messages/count_tokens``: ``{"input_tokens": N}``, the route's estimate of the request."""
@@ -110,6 +126,26 @@ class MessagesIngress:
         translation = to_chat(request, body, route, http.headers)
         parse_chat_request({**translation.body, "max_tokens": 1})
         return JSONAnswer({"input_tokens": await _estimate(service, route, translation)})
+
+
+def _parse(
+    raw: bytes,
+    route_of: Callable[[str], ModelRoute],
+    headers: Mapping[str, str],
+    resent: ResentRequests,
+    translations: MessageTranslations,
+) -> tuple[dict[str, Any], MessagesRequest, ModelRoute, Translation]:
+    """Decode, validate and translate a ``/v1/messages`` body (pure CPU: runs on the reader's worker thread for
+    a large body). The messages it resends of a recent request (``proxy/edge/resent_requests.py``: Claude
+    Code's body starts with its model and messages) come decoded and digested; the request is remembered
+    for the next one once it passed every check."""
+    decoded = resent.decode(raw)
+    request, route, translation = translate_request(
+        decoded.body, route_of, headers, translations, decoded.resent_digests
+    )
+    if translation.sent_digests is not None:
+        resent.remember(decoded, translation.sent_digests)
+    return decoded.body, request, route, translation
 
 
 async def _estimate(service: TurnService, route: ModelRoute, translation: Translation) -> int:

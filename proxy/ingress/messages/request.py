@@ -20,7 +20,7 @@ Everything left out or not forwarded is listed in ``notes``, which the turn's tr
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -66,6 +66,7 @@ class Translation:
     provider_fields: dict[str, Any] = field(default_factory=dict)
     fresh: list[int] = field(default_factory=list)  # the chat messages translated now, not remembered
     digests: list[bytes] | None = None  # every chat message's exact digest, when the translation was recalled
+    sent_digests: list[bytes] | None = None  # ... and every message's as the client sent it
 
 
 def is_anthropic_route(route: ModelRoute) -> bool:
@@ -144,14 +145,19 @@ def to_chat(
 
 
 def translate_request(
-    body: Any, route_of: Callable[[str], ModelRoute], headers: Mapping[str, str], translations: MessageTranslations
+    body: Any,
+    route_of: Callable[[str], ModelRoute],
+    headers: Mapping[str, str],
+    translations: MessageTranslations,
+    resent_digests: Sequence[bytes] = (),
 ) -> tuple[MessagesRequest, ModelRoute, Translation]:
     """A ``/v1/messages`` body validated, its route found (``route_of`` its model), translated for that route
     and checked by the chat path's own rules (tool results answer their calls). What ``translations``
     remembers of its messages is neither validated nor translated again; what it translated anew is
-    remembered once the request passed every check (``translations.py``)."""
+    remembered once the request passed every check (``translations.py``). ``resent_digests``: the exact
+    digests of its leading messages, when the edge has them (``proxy/edge/resent_requests.py``)."""
     messages, system = (body.get("messages"), body.get("system")) if isinstance(body, dict) else (None, None)
-    recalled = translations.recall(messages, system)
+    recalled = translations.recall(messages, system, resent_digests)
     request = parse_messages_request(body, None if recalled is None else recalled.fresh)
     route = route_of(request.model)
     native = route.api == "messages"  # the client speaks its route's own API: native passage
@@ -159,6 +165,7 @@ def translate_request(
     check_fresh_messages(translation.body, translation.fresh)
     if recalled is not None:
         translations.remember(recalled)
+        translation.sent_digests = recalled.keys
     return request, route, translation
 
 

@@ -105,12 +105,13 @@ class MessageTranslations:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def recall(self, messages: Any, system: Any) -> Recalled | None:
+    def recall(self, messages: Any, system: Any, digests: Sequence[bytes] = ()) -> Recalled | None:
         """What is remembered of a request's ``messages`` and ``system`` prompt (their raw values); ``None``
-        for a body whose ``messages`` is not a list (full validation names the problem)."""
+        for a body whose ``messages`` is not a list (full validation names the problem). ``digests``: the
+        exact digests of its leading messages, already made."""
         if not isinstance(messages, list):
             return None
-        keys = [exact_digest(message) for message in messages]
+        keys = [*digests, *map(exact_digest, messages[len(digests) :])]
         system_key = None if system is None else _SYSTEM + exact_digest(system)
         with self._lock:
             known = {index: self._used(key) for index, key in enumerate(keys) if key in self._entries}
