@@ -16,6 +16,8 @@ make a message another message.
 from __future__ import annotations
 
 import hashlib
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,9 +28,11 @@ NATIVE = "native"
 
 
 def with_native(item: dict[str, Any], api: Api, parts: Sequence[Any]) -> dict[str, Any]:
-    """``item`` (a chat message or tool) with its native ``parts`` attached, digesting its chat form now."""
+    """``item`` (a chat message or tool) with its native ``parts`` attached, digesting its chat form now (its
+    canonical digest remembered by its exact one: a resent history is canonicalized once, ``_CANONICAL``)."""
     chat = without_native(item)
-    item[NATIVE] = {"api": api, "parts": list(parts), "digest": _digest(chat), "exact": _exact(chat)}
+    exact = _exact(chat)
+    item[NATIVE] = {"api": api, "parts": list(parts), "digest": _CANONICAL.digest(exact, chat), "exact": exact}
     return item
 
 
@@ -45,7 +49,8 @@ def native_parts(item: Mapping[str, Any], api: Api) -> list[Any] | None:
     if not isinstance(native, Mapping) or native.get("api") != api or not isinstance(native.get("parts"), list):
         return None
     chat = without_native(item)
-    unchanged = native.get("exact") == _exact(chat) or native.get("digest") == _digest(chat)
+    exact = _exact(chat)
+    unchanged = native.get("exact") == exact or native.get("digest") == _CANONICAL.digest(exact, chat)
     return list(native["parts"]) if unchanged else None
 
 
@@ -59,6 +64,36 @@ def _digest(chat: Mapping[str, Any]) -> str:
     if "role" in chat:
         return message_hash(chat)
     return hashlib.sha256(stable_json(chat).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class _CanonicalDigests:
+    """The canonical digests of chat forms made recently, by their exact digests (a pure function's results:
+    shared by every request of the process, whichever session). A native request's every message gets a
+    sidecar on every call: a Responses history (Codex resends its whole input) was canonicalized anew each
+    time. At most ``MAX_ENTRIES``, least recently used first out; two worker threads may ask at once."""
+
+    MAX_ENTRIES = 20_000  # two hex strings each: about 5 MB
+
+    def __init__(self) -> None:
+        self._digests: OrderedDict[str, str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def digest(self, exact: str, chat: Mapping[str, Any]) -> str:
+        """``_digest(chat)``, whose exact digest is ``exact``."""
+        with self._lock:
+            known = self._digests.get(exact)
+            if known is not None:
+                self._digests.move_to_end(exact)
+                return known
+        made = _digest(chat)
+        with self._lock:
+            self._digests[exact] = made
+            if len(self._digests) > self.MAX_ENTRIES:
+                self._digests.popitem(last=False)
+        return made
+
+
+_CANONICAL = _CanonicalDigests()
 
 
 def _exact(chat: Mapping[str, Any]) -> str:

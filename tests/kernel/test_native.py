@@ -5,6 +5,7 @@ real one does not, for sidecars made now and for those stored before the exact d
 from __future__ import annotations
 
 import copy
+import uuid
 from typing import Any
 
 import orjson
@@ -52,4 +53,17 @@ def test_an_unchanged_message_is_judged_without_canonical_hashing(monkeypatch) -
     message, hashed = _message(), []
     monkeypatch.setattr(native, "message_hash", lambda chat: hashed.append(chat) or message_hash(chat))
     assert native_parts(message, "messages") == BLOCKS and hashed == []
-    assert native_parts({**message, "tool_calls": []}, "messages") == BLOCKS and len(hashed) == 1
+
+
+def test_a_resent_message_is_canonicalized_once_whichever_request_sends_it(monkeypatch) -> None:
+    import proxy.kernel.native as native
+
+    hashed: list[Any] = []
+    monkeypatch.setattr(native, "message_hash", lambda chat: hashed.append(chat) or message_hash(chat))
+    text = f"resent {uuid.uuid4()}"  # a chat form no other test made
+    first = with_native({"role": "user", "content": text}, "responses", [{"type": "message"}])
+    again = with_native({"role": "user", "content": text}, "responses", [{"type": "message"}])
+    assert first == again and len(hashed) == 1
+    cosmetic = {**again, "tool_calls": []}  # judged by its canonical hash: once, then remembered too
+    assert native_parts(cosmetic, "responses") == native_parts(cosmetic, "responses") == [{"type": "message"}]
+    assert len(hashed) == 2
