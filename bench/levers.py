@@ -116,7 +116,8 @@ def validation_reuse_lever(messages: int = MESSAGES, repeats: int = 15) -> dict[
     from proxy.kernel.canonical import exact_digest
 
     previous_raw, raw = _resent_bodies(messages)
-    edge = _chat_edge(ResentRequests())
+    resent = ResentRequests()
+    edge = _chat_edge(resent)
 
     def full() -> None:
         whole = decode_body(raw)
@@ -125,6 +126,7 @@ def validation_reuse_lever(messages: int = MESSAGES, repeats: int = 15) -> dict[
 
     def reused() -> None:
         edge(previous_raw)  # the previous turn, outside the clock
+        resent.make_spares()  # what follows its answer: its request placed
         started = time.perf_counter()
         edge(raw)
         timings.append(time.perf_counter() - started)
@@ -156,7 +158,9 @@ def spare_copies_lever(messages: int = MESSAGES, repeats: int = 15) -> dict[str,
     edge = _chat_edge(resent)
 
     def turn(spare: bool) -> float:
-        edge(previous_raw)  # the previous turn, outside the clock
+        edge(previous_raw)  # the previous turn, outside the clock,
+        resent.make_spares()  # its answer sent: its request placed (and a spare made, which ...
+        edge(previous_raw)  # ... a retry of it takes: it is remembered again, with no spare yet)
         if spare:
             resent.make_spares()
         started = time.perf_counter()

@@ -22,6 +22,13 @@ the end of the last message. At most ``max_bytes`` of requests, a request's body
 (its decoded messages hold its text again, with the dicts around it); least recently used first out.
 Decodes run on two worker threads at once, hence the lock.
 
+Finding where a request that repeats none lies in its body (the first turn of a session, or one whose
+history was rewritten) costs two or three more decodes of it: half a millisecond on an agent's first
+call, its 80 KB system prompt decoded again to be sure where its ``messages`` member starts. So such a
+request is placed off the clock, once its answer is sent (``make_spares``, below), from its bytes alone:
+its messages decoded again there are the ones kept. A session's next turn comes after that answer; one
+that comes sooner is decoded whole, as it would be with no memo.
+
 Copying a 1,000-message history's containers takes a millisecond or more; a turn should not wait for
 it. ``make_spares``, called once a turn's answer is sent (while the agent runs its tools), copies the
 messages of the requests remembered since, and the next turn that resends one takes its copy instead of
@@ -89,8 +96,9 @@ class DecodedBody:
     body: dict[str, Any]
     resent: int = 0
     resent_digests: tuple[bytes, ...] = ()
-    _layout: _Layout | None = field(default=None, repr=False)  # for ``remember``
+    _layout: _Layout | None = field(default=None, repr=False)  # a continuation's, for ``remember``
     _continues: int | None = field(default=None, repr=False)  # the remembered request it repeats
+    _raw: bytes | None = field(default=None, repr=False)  # a request that repeats none: placed later
 
 
 class ResentRequests:
@@ -106,6 +114,7 @@ class ResentRequests:
         self._next_key = 0
         self._spares: dict[int, list[Any]] = {}  # a ready copy of a request's messages, for its next turn
         self._wanted: list[int] = []  # the requests remembered since ``make_spares`` last ran
+        self._unplaced: list[tuple[bytes, tuple[bytes, ...]]] = []  # first seen since then, with their digests
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -119,7 +128,7 @@ class ResentRequests:
     @property
     def wants_spares(self) -> bool:
         """Whether ``make_spares`` has anything to do."""
-        return bool(self._wanted)
+        return bool(self._wanted or self._unplaced)
 
     def decode(self, raw: bytes) -> DecodedBody:
         """``raw`` decoded as :func:`~proxy.edge.request_body.decode_body` decodes it (``InvalidRequest`` for a
@@ -129,21 +138,26 @@ class ResentRequests:
             if resent is not None:
                 resent._continues = key
                 return resent
-        body = decode_body(raw)
-        return DecodedBody(body, _layout=_layout(raw, body))
+        return DecodedBody(decode_body(raw), _raw=raw)
 
     def remember(self, decoded: DecodedBody, digests: list[bytes]) -> None:
-        """Remember a request whose messages all passed validation, with every message's exact digest."""
-        if decoded._layout is None:
-            return
-        raw, length, start, messages, nested = decoded._layout
+        """Remember a request whose messages all passed validation, with every message's exact digest: one
+        that continues a remembered request now, one that repeats none once ``make_spares`` places it."""
+        if decoded._layout is not None:
+            self._keep(decoded._layout, digests, decoded._continues)
+        elif decoded._raw is not None and len(digests) >= _MIN_MESSAGES and _worth_placing(decoded._raw, self):
+            with self._lock:
+                self._unplaced = [*self._unplaced[-self.max_requests + 1 :], (decoded._raw, tuple(digests))]
+
+    def _keep(self, layout: _Layout, digests: list[bytes], continues: int | None) -> None:
+        raw, length, start, messages, nested = layout
         check = raw[max(0, length - _CHECK_BYTES) : length]
         known = _Request(raw, length, start, messages, tuple(digests), nested, check)
         if len(messages) != len(digests) or known.size > self.max_bytes:
             return
         with self._lock:
-            if decoded._continues is not None:
-                self._forget(decoded._continues)  # the session's next turn repeats this one, not that one
+            if continues is not None:
+                self._forget(continues)  # the session's next turn repeats this one, not that one
             self._requests[self._next_key] = known
             self._wanted = [*self._wanted[-self.max_requests :], self._next_key]
             self._next_key += 1
@@ -152,9 +166,15 @@ class ResentRequests:
                 self._forget(next(iter(self._requests)))
 
     def make_spares(self) -> None:
-        """Copy the messages of each request remembered since the last call, for its next turn to take
-        (call it between turns: off the clock of any request). The remembered messages are never handed
-        out, so they are copied outside the lock."""
+        """Place the requests first seen since the last call, then copy the messages of each request
+        remembered since, for its next turn to take (call it between turns: off the clock of any request).
+        The remembered messages are never handed out, so they are copied outside the lock."""
+        with self._lock:
+            unplaced, self._unplaced = self._unplaced, []
+        for raw, digests in unplaced:
+            layout = _layout(raw)
+            if layout is not None:
+                self._keep(layout, list(digests), None)
         with self._lock:
             wanted = [(key, self._requests[key]) for key in self._wanted if key in self._requests]
             self._wanted = []
@@ -245,13 +265,10 @@ def _rest(raw: bytes, start: int, end: int) -> dict[str, Any] | None:
     return rest if rest.get("messages") == _MARKER else None
 
 
-def _layout(raw: bytes, body: dict[str, Any]) -> _Layout | None:
-    """Where ``body``'s messages array lies in ``raw`` (the length of its prefix, where its ``[`` is),
-    with a copy of its messages to keep and which of them nest; ``None`` when it is short or cannot be
-    found for certain."""
-    messages = body.get("messages")
-    if not isinstance(messages, list) or len(messages) < _MIN_MESSAGES:
-        return None
+def _layout(raw: bytes) -> _Layout | None:
+    """Where the messages array of the body ``raw`` lies in it (the length of its prefix, where its ``[``
+    is), with its messages decoded from there (the memo's own: no one else holds them) and which of them
+    nest; ``None`` when it is short or cannot be found for certain."""
     start = _array_start(raw)
     if start is None:
         return None
@@ -259,10 +276,31 @@ def _layout(raw: bytes, body: dict[str, Any]) -> _Layout | None:
     if after is None:
         return None
     end = raw.rfind(b"]", start, start + after)
-    if end < 0 or _rest(raw, start, end) is None:
+    if end < 0 or 2 * (end + 1 - start) < len(raw) or _rest(raw, start, end) is None:
+        return None  # not found for certain, or not worth keeping (``_worth_placing``)
+    try:  # decoded as the whole body was: the same bytes through the same checks
+        messages = decode_body(b'{"messages":' + raw[start : end + 1] + b"}")["messages"]
+    except InvalidRequest:
+        return None
+    if not isinstance(messages, list) or len(messages) < _MIN_MESSAGES:
         return None
     nested = tuple(k for k, message in enumerate(messages) if _nests(message))
-    return raw, _prefix_length(raw, end), start, tuple(fresh_copy(message) for message in messages), nested
+    return raw, _prefix_length(raw, end), start, tuple(messages), nested
+
+
+def _worth_placing(raw: bytes, memo: ResentRequests) -> bool:
+    """Whether a body that repeats no remembered request may be worth remembering: within the bound, and
+    its messages array perhaps half of it or more. A continuation is spared decoding its resent messages
+    but decodes the rest of its body twice over (the new messages, then the body around them), so a body
+    whose system prompt and tools outweigh its messages (the Messages API's ``system`` before its
+    ``messages``, say: 110 of 143 KB on the agent shape) gains nothing and pays for placing; a history
+    grown longer than what surrounds it is placed when its session sends it again. Only the position of the
+    first ``"messages"`` is looked at here (past the middle: the array is shorter than what comes before
+    it); ``_layout`` measures the array itself."""
+    if len(raw) > memo.max_bytes:
+        return False
+    key = raw.find(_MESSAGES_KEY)
+    return key >= 0 and 2 * key <= len(raw)
 
 
 def _array_start(raw: bytes) -> int | None:

@@ -40,13 +40,16 @@ def _raw(messages: list[Any], fmt: str = "json.dumps", **other: Any) -> bytes:
     return json.dumps(body, **FORMATS[fmt]).encode()
 
 
-def _turn(memo: ResentRequests, known: KnownMessages, raw: bytes) -> DecodedBody:
-    """What the chat edge does with a body (``proxy/app._parse``): decode, validate, remember."""
+def _turn(memo: ResentRequests, known: KnownMessages, raw: bytes, answered: bool = True) -> DecodedBody:
+    """What the chat edge does with a body (``ingress/chat/adapter._parse``): decode, validate, remember;
+    then, once the answer is sent (``answered``), what follows it (``make_spares``)."""
     decoded = memo.decode(raw)
     _, digests = check_chat_request(decoded.body, known, decoded.resent, decoded.resent_digests)
     assert digests is not None
     assert digests == [exact_digest(m) for m in decoded.body["messages"]]
     memo.remember(decoded, digests)
+    if answered:
+        memo.make_spares()
     return decoded
 
 
@@ -232,10 +235,11 @@ def test_what_a_turn_does_to_its_messages_does_not_reach_the_next_turn() -> None
 def test_a_copy_made_between_turns_is_taken_once_by_the_next_turn_and_never_shared() -> None:
     memo, known = ResentRequests(), KnownMessages()
     history = [*_history(9), CALL, {"role": "tool", "tool_call_id": "c1", "content": "result"}]
-    _turn(memo, known, _raw(history))
-    assert memo.wants_spares and memo.ready_spares == 0
+    _turn(memo, known, _raw(history), answered=False)
+    assert memo.wants_spares and memo.ready_spares == 0 and len(memo) == 0  # placed once its answer is sent
+    assert memo.decode(_raw([*history, {"role": "user", "content": "too soon"}])).resent == 0  # decoded whole
     memo.make_spares()
-    assert not memo.wants_spares and memo.ready_spares == 1
+    assert not memo.wants_spares and memo.ready_spares == 1 and len(memo) == 1
     raw = _raw([*history, {"role": "user", "content": "next"}])
     first = memo.decode(raw)
     assert first.resent == 11 and memo.ready_spares == 0  # taken: the next decode copies again
@@ -261,13 +265,13 @@ def test_a_full_memo_still_makes_spares_and_a_spare_goes_with_its_request() -> N
     assert len(full) == 1 and full.ready_spares == 1  # outside the bound: it pushes nothing out
     memo = ResentRequests(max_bytes=2 * 3 * size + size // 2)  # two requests, a little room left over
     for history in sessions[:2]:
-        _turn(memo, known, _raw(history))
+        _turn(memo, known, _raw(history), answered=False)
     memo.make_spares()
     assert len(memo) == 2 and memo.ready_spares == 2
-    _turn(memo, known, _raw(sessions[2]))  # the first session's request goes, and its spare with it
-    assert len(memo) == 2 and memo.ready_spares == 1
-    memo.make_spares()
-    assert memo.ready_spares == 2
+    _turn(memo, known, _raw(sessions[2]), answered=False)
+    assert len(memo) == 2 and memo.ready_spares == 2  # placed once its answer is sent
+    memo.make_spares()  # the first session's request goes, and its spare with it
+    assert len(memo) == 2 and memo.ready_spares == 2
     assert memo.decode(_raw([*sessions[0], {"role": "user", "content": "?"}])).resent == 0
 
 
@@ -332,6 +336,7 @@ def test_any_continuation_decodes_as_the_whole_body(
     raw = _raw(first, fmt, **after)
     decoded = memo.decode(raw)
     memo.remember(decoded, [exact_digest(m) for m in decoded.body["messages"]])
+    memo.make_spares()  # its answer sent
     raw = _raw([*first, *extra], fmt, **after)
     again = memo.decode(raw)
     assert json.dumps(again.body) == json.dumps(decode_body(raw))  # types and key order too
@@ -344,3 +349,24 @@ def test_a_long_body_with_a_message_that_is_not_an_object_decodes_for_the_checks
     messages = [{"role": "user", "content": f"m{i}"} for i in range(8)] + ["not an object", 7]
     chat = ResentRequests().decode(json.dumps({"model": "m", "messages": messages}).encode())
     assert chat.body["messages"] == messages and chat.resent == 0
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_a_body_whose_messages_are_outweighed_by_the_rest_of_it_is_not_remembered(where: str) -> None:
+    # A continuation decodes the body around its new messages again: with a system prompt and tools larger
+    # than the history, it would pay more than it saves. The history that outgrows them is remembered.
+    memo, known = ResentRequests(), KnownMessages()
+    prompt = "You are an agent. " * 200
+
+    def raw(messages: list[Any]) -> bytes:
+        if where == "before":  # the Messages API's system prompt, before the messages
+            return json.dumps({"model": "m", "system": prompt, "messages": messages}).encode()
+        return json.dumps({"model": "m", "messages": messages, "system": prompt}).encode()
+
+    short = _history(10)
+    _turn(memo, known, raw(short))
+    assert len(memo) == 0 and memo.decode(raw([*short, {"role": "user", "content": "?"}])).resent == 0
+    long = [{"role": "user", "content": "step " * 200 + str(n)} for n in range(10)]
+    _turn(memo, known, raw(long))
+    assert len(memo) == 1
+    assert memo.decode(raw([*long, {"role": "user", "content": "?"}])).resent == 10
