@@ -18,7 +18,7 @@ Only the translations of a request that passed every check, the chat path's cros
 included, are remembered (``remember``), so a remembered message is one that passed them all: the
 ingress validates the others only. At most ``max_bytes`` (a message's JSON length counted three times:
 the kept chat form, its native blocks, the dicts around them), least recently used first out. The ingress
-validates on the event loop, but the lock keeps the memo right wherever it is called from.
+translates a large body on the reader's two worker threads, hence the lock.
 """
 
 from __future__ import annotations
