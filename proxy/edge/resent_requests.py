@@ -115,6 +115,7 @@ class ResentRequests:
         self._spares: dict[int, list[Any]] = {}  # a ready copy of a request's messages, for its next turn
         self._wanted: list[int] = []  # the requests remembered since ``make_spares`` last ran
         self._unplaced: list[tuple[bytes, tuple[bytes, ...]]] = []  # first seen since then, with their digests
+        self._unplaced_bytes = 0  # their bodies' bytes: within ``max_bytes`` too, if no answer is sent for long
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -147,7 +148,10 @@ class ResentRequests:
             self._keep(decoded._layout, digests, decoded._continues)
         elif decoded._raw is not None and len(digests) >= _MIN_MESSAGES and _worth_placing(decoded._raw, self):
             with self._lock:
-                self._unplaced = [*self._unplaced[-self.max_requests + 1 :], (decoded._raw, tuple(digests))]
+                self._unplaced.append((decoded._raw, tuple(digests)))
+                self._unplaced_bytes += len(decoded._raw)
+                while self._unplaced_bytes > self.max_bytes or len(self._unplaced) > self.max_requests:
+                    self._unplaced_bytes -= len(self._unplaced.pop(0)[0])  # the oldest first
 
     def _keep(self, layout: _Layout, digests: list[bytes], continues: int | None) -> None:
         raw, length, start, messages, nested = layout
@@ -170,7 +174,7 @@ class ResentRequests:
         remembered since, for its next turn to take (call it between turns: off the clock of any request).
         The remembered messages are never handed out, so they are copied outside the lock."""
         with self._lock:
-            unplaced, self._unplaced = self._unplaced, []
+            unplaced, self._unplaced, self._unplaced_bytes = self._unplaced, [], 0
         for raw, digests in unplaced:
             layout = _layout(raw)
             if layout is not None:

@@ -370,3 +370,23 @@ def test_a_body_whose_messages_are_outweighed_by_the_rest_of_it_is_not_remembere
     _turn(memo, known, raw(long))
     assert len(memo) == 1
     assert memo.decode(raw([*long, {"role": "user", "content": "?"}])).resent == 10
+
+
+def test_requests_waiting_for_an_answer_to_be_placed_are_kept_within_the_bounds_too() -> None:
+    # A request is placed once its answer is sent; if answers fail for long, what waits stays bounded.
+    sessions = [[{"role": "user", "content": f"session {s} " + "x" * 600}, *_history(9)] for s in range(6)]
+    size = len(_raw(sessions[0]))
+    memo, known = ResentRequests(max_bytes=3 * size, max_requests=4), KnownMessages()
+    for history in sessions:
+        _turn(memo, known, _raw(history), answered=False)
+    assert len(memo._unplaced) == 3 and memo._unplaced_bytes == 3 * size  # the oldest waiting ones went
+    memo.make_spares()
+    assert len(memo) == 1  # the room for one request, and the newest waiting one took it
+    assert memo.decode(_raw([*sessions[5], {"role": "user", "content": "?"}])).resent == 10
+    assert memo.decode(_raw([*sessions[2], {"role": "user", "content": "?"}])).resent == 0
+    waiting = ResentRequests(max_requests=2)
+    for history in sessions:
+        _turn(waiting, known, _raw(history), answered=False)
+    assert len(waiting._unplaced) == 2
+    waiting.make_spares()
+    assert len(waiting) == 2 and waiting.decode(_raw([*sessions[3], {"role": "user", "content": "?"}])).resent == 0
