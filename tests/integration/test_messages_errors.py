@@ -159,3 +159,19 @@ def test_a_bad_message_inside_a_history_the_proxy_already_translated_is_refused_
     sdk(proxy).messages.create(model=MODEL, max_tokens=10, messages=good, extra_headers=headers)
     assert provider.history[-1]["messages"][-1] == {"role": "user", "content": "hi"}
     assert len(provider.history) == sent + 1
+
+
+def test_more_messages_than_the_cap_is_a_400_naming_the_setting(start_proxy, provider):
+    """The request cap chat has (``CONTEXT_PROXY_MAX_REQUEST_MESSAGES``) holds here too, before anything of
+    the messages is validated, translated, stored or sent."""
+    proxy = start_proxy(trace_enabled=True, max_request_messages=3)
+    turns: list[Any] = [{"role": "user", "content": "One."}, {"role": "assistant", "content": "Two."}, *USER]
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        sdk(proxy).messages.create(model=MODEL, max_tokens=10, messages=[*turns, {"role": "assistant", "content": "!"}])
+    error = error_of(caught.value)
+    assert error["type"] == "invalid_request_error"
+    assert "CONTEXT_PROXY_MAX_REQUEST_MESSAGES" in error["message"] and "4 messages" in error["message"]
+    assert provider.history == []
+    assert not (proxy.settings.data_dir / "context-traces").exists()
+    sdk(proxy).messages.create(model=MODEL, max_tokens=10, messages=turns)  # at the cap: served
+    assert len(provider.history) == 1

@@ -20,10 +20,9 @@ from proxy.edge.answering import answering
 from proxy.edge.known_messages import KnownMessages
 from proxy.edge.resent_requests import ResentRequests
 from proxy.ingress.chat.stream import EventStream
-from proxy.ingress.chat.wire import ChatCompletionRequest, check_chat_request
+from proxy.ingress.chat.wire import ChatCompletionRequest, check_chat_request, check_message_count
 from proxy.ingress.front_door import FrontDoor
 from proxy.kernel.client_params import check_client_params
-from proxy.kernel.errors import InvalidRequest
 from proxy.kernel.jsonio import JSONAnswer
 from proxy.runtime.answers import Completion
 
@@ -74,14 +73,7 @@ def _parse(
     The messages it resends of a recent request (``proxy/edge/resent_requests.py``) come decoded and digested."""
     decoded = resent.decode(raw)
     body = decoded.body
-    messages = body.get("messages")
-    if isinstance(messages, list) and len(messages) > max_messages:
-        raise InvalidRequest(
-            f"The request has {len(messages)} messages; this proxy accepts at most {max_messages} per request "
-            "(CONTEXT_PROXY_MAX_REQUEST_MESSAGES).",
-            param="messages",
-            code="too_many_messages",
-        )
+    check_message_count(body, max_messages)
     chat, digests = check_chat_request(body, known, decoded.resent, decoded.resent_digests)
     if digests is not None:
         resent.remember(decoded, digests)

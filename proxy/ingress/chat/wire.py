@@ -260,6 +260,19 @@ def parse_chat_request(body: Any) -> ChatCompletionRequest:
     return request
 
 
+def check_message_count(body: Any, max_messages: int) -> None:
+    """400 ``too_many_messages`` for a body with more than ``max_messages`` messages, naming the setting
+    (chat's and the Messages API's: checked before anything of the messages is validated)."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if isinstance(messages, list) and len(messages) > max_messages:
+        raise InvalidRequest(
+            f"The request has {len(messages)} messages; this proxy accepts at most {max_messages} per request "
+            "(CONTEXT_PROXY_MAX_REQUEST_MESSAGES).",
+            param="messages",
+            code="too_many_messages",
+        )
+
+
 def check_chat_request(
     body: Any, known: KnownMessages, resent: int = 0, resent_digests: Sequence[bytes] = ()
 ) -> tuple[ChatCompletionRequest, list[bytes] | None]:

@@ -24,7 +24,7 @@ from starlette.routing import Route
 from proxy.edge.after_answer import FreedAfter, after_stream
 from proxy.edge.answering import answering
 from proxy.edge.resent_requests import ResentRequests
-from proxy.ingress.chat.wire import parse_chat_request
+from proxy.ingress.chat.wire import check_message_count, parse_chat_request
 from proxy.ingress.front_door import FrontDoor, context_headers
 from proxy.ingress.messages.errors import error_body, error_response, prompt_too_long
 from proxy.ingress.messages.native import native_request
@@ -68,6 +68,7 @@ class MessagesIngress:
         # is milliseconds of CPU the event loop, and every other client, should not wait for.
         parse = partial(
             _parse,
+            max_messages=front.settings.max_request_messages,
             route_of=partial(front.route, principal=principal),
             headers=http.headers,
             resent=self._resent,
@@ -130,6 +131,7 @@ class MessagesIngress:
 
 def _parse(
     raw: bytes,
+    max_messages: int,
     route_of: Callable[[str], ModelRoute],
     headers: Mapping[str, str],
     resent: ResentRequests,
@@ -140,6 +142,7 @@ def _parse(
     Code's body starts with its model and messages) come decoded and digested; the request is remembered
     for the next one once it passed every check."""
     decoded = resent.decode(raw)
+    check_message_count(decoded.body, max_messages)
     request, route, translation = translate_request(
         decoded.body, route_of, headers, translations, decoded.resent_digests
     )
