@@ -299,23 +299,33 @@ def check_fresh_messages(body: dict[str, Any], fresh: Sequence[int], pairs_befor
     message after the first ``pairs_before`` (a prefix that was a whole valid request: every call in it
     answered, nothing pending at its end). Returns the validated request, whose ``messages`` are only those
     validated now (read its other fields); an error names the position in the request."""
-    messages = body["messages"]
-    # The last message is new on nearly every turn; keeping it also keeps the list valid (non-empty).
-    positions = list(fresh) or [len(messages) - 1]
-    subset = {**body, "messages": [messages[index] for index in positions]}
+    subset, positions = fresh_subset(body, fresh)
     request = validated(ChatCompletionRequest, subset, lambda errors: _chat_error(errors, positions))
-    check_tool_pairing(messages, start=pairs_before)
+    check_tool_pairing(body["messages"], start=pairs_before)
     return request
+
+
+def fresh_subset(body: dict[str, Any], fresh: Sequence[int]) -> tuple[dict[str, Any], list[int]]:
+    """``body`` (with a non-empty message list) with only its messages at the ``fresh`` positions, and those
+    positions (for ``in_request``): every ingress validates the messages no request passed with this way.
+    The last message is new on nearly every turn; kept when none is fresh, it keeps the list non-empty."""
+    messages = body["messages"]
+    positions = list(fresh) or [len(messages) - 1]
+    return {**body, "messages": [messages[index] for index in positions]}, positions
+
+
+def in_request(loc: tuple[int | str, ...], positions: list[int] | None) -> tuple[int | str, ...]:
+    """pydantic's error location in a ``fresh_subset`` (at ``positions``) as the location in the request."""
+    if positions is not None and len(loc) > 1 and loc[0] == "messages" and isinstance(loc[1], int):
+        return ("messages", positions[loc[1]], *loc[2:])
+    return loc
 
 
 def _chat_error(errors: list[ErrorDetails], positions: list[int] | None = None) -> InvalidRequest:
     # A union (string or parts, int or float) reports every branch; the deepest error is the one
     # about what the client actually sent (a list's bad part, not "should be a valid string").
     error = max(errors, key=lambda e: len(e["loc"]))
-    loc = error["loc"]
-    if positions is not None and len(loc) > 1 and loc[0] == "messages" and isinstance(loc[1], int):
-        loc = ("messages", positions[loc[1]], *loc[2:])  # a position in the validated subset, in the request
-    location = _location(loc)
+    location = _location(in_request(error["loc"], positions))
     return InvalidRequest(f"Invalid request: {location}: {error['msg']}", param=location or None)
 
 

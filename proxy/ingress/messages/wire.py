@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import ErrorDetails
 
-from proxy.ingress.chat.wire import validated
+from proxy.ingress.chat.wire import fresh_subset, in_request, validated
 from proxy.kernel.errors import InvalidRequest
 
 _Open = ConfigDict(extra="allow")
@@ -194,8 +194,7 @@ def parse_messages_request(body: Any, fresh: Sequence[int] | None = None) -> Mes
     messages = body.get("messages") if isinstance(body, dict) else None
     if fresh is None or not isinstance(messages, list) or not messages:
         return validated(MessagesRequest, body, _invalid)
-    positions = list(fresh) or [len(messages) - 1]  # the list stays non-empty
-    subset = {**body, "messages": [messages[index] for index in positions]}
+    subset, positions = fresh_subset(body, fresh)
     return validated(MessagesRequest, subset, lambda errors: _invalid(errors, positions=positions))
 
 
@@ -235,9 +234,6 @@ _MODELED = frozenset({"text", "image", "document", "tool_use", "tool_result", "t
 
 def _invalid(errors: list[ErrorDetails], prefix: str = "", positions: list[int] | None = None) -> InvalidRequest:
     error = errors[0]
-    loc = error["loc"]
-    if positions is not None and len(loc) > 1 and loc[0] == "messages" and isinstance(loc[1], int):
-        loc = ("messages", positions[loc[1]], *loc[2:])  # a position in the validated subset, in the request
-    parts = [str(part) for part in loc if part != "block"]
+    parts = [str(part) for part in in_request(error["loc"], positions) if part != "block"]
     location = ".".join(([prefix] if prefix else []) + parts)
     return InvalidRequest(f"{location}: {error['msg']}", param=location or None)
